@@ -1,0 +1,166 @@
+"""One diagnostic type for every user-facing problem, rendered like a compiler's.
+
+Every stage (parse, bind, resolve, rules, lint) reports `Diagnostic`s; the CLI renders them
+as text (``path:line:col: error[code]: message`` + source line + caret + help) or as JSON.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["error", "warning", "note"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A source region. Lines and columns are 1-based; ``end_col`` is exclusive.
+
+    ``source`` names where the text came from: a file path, ``"override 2"`` for the second
+    ``--set``, ``"recipe gsm8k-dense"``, or ``"<default>"``.
+    """
+
+    source: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}:{self.col}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "file": self.source,
+            "line": self.line,
+            "column": self.col,
+            "end_line": self.end_line,
+            "end_column": self.end_col,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    severity: Severity
+    code: str
+    message: str
+    span: Span | None = None
+    secondary: tuple[tuple[Span, str], ...] = ()
+    help: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "help": list(self.help),
+            "notes": list(self.notes),
+            "secondary": [{**s.to_json(), "label": label} for s, label in self.secondary],
+        }
+        if self.span is not None:
+            out.update(self.span.to_json())
+        else:
+            out.update({"file": None, "line": None, "column": None})
+        return out
+
+
+class DiagnosticError(Exception):
+    """Raised to abort a stage with one or more user-facing diagnostics (exit code 2)."""
+
+    def __init__(self, diagnostics: Diagnostic | Sequence[Diagnostic]):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics: list[Diagnostic] = list(diagnostics)
+        super().__init__("; ".join(d.message for d in self.diagnostics))
+
+
+@dataclass
+class SourceMap:
+    """Source texts by name, so renderers can show the offending line."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+
+    def add(self, source: str, text: str) -> None:
+        self.texts[source] = text
+
+    def line(self, source: str, line: int) -> str | None:
+        text = self.texts.get(source)
+        if text is None:
+            return None
+        lines = text.splitlines()
+        if 1 <= line <= len(lines):
+            return lines[line - 1]
+        return "" if line == len(lines) + 1 else None
+
+
+def suggest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """Did-you-mean candidates for an unknown name."""
+    pool = list(candidates)
+    found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
+    if not found:
+        low = name.lower()
+        found = [c for c in pool if low and (low in c.lower() or c.lower() in low)][:n]
+    return found
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> tuple[str, ...]:
+    found = suggest(name, candidates)
+    if not found:
+        return ()
+    return (f"did you mean {' or '.join(repr(f) for f in found)}?",)
+
+
+def _render_snippet(span: Span, sources: SourceMap, label: str = "") -> list[str]:
+    text = sources.line(span.source, span.line)
+    if text is None:
+        return []
+    gutter = str(span.line)
+    pad = " " * len(gutter)
+    expanded = text.replace("\t", " ")
+    start = max(span.col - 1, 0)
+    if span.end_line == span.line:
+        width = max(span.end_col - span.col, 1)
+    else:
+        width = max(len(expanded) - start, 1)
+    underline = " " * start + "^" * width
+    out = [f"{pad} |", f"{gutter} | {expanded}", f"{pad} | {underline}"]
+    if label:
+        out[-1] += f" {label}"
+    return out
+
+
+def render_text(diagnostic: Diagnostic, sources: SourceMap | None = None) -> str:
+    sources = sources or SourceMap()
+    where = f"{diagnostic.span}: " if diagnostic.span else "rlc: "
+    lines = [f"{where}{diagnostic.severity}[{diagnostic.code}]: {diagnostic.message}"]
+    if diagnostic.span is not None:
+        lines.extend(_render_snippet(diagnostic.span, sources))
+    for span, label in diagnostic.secondary:
+        lines.append(f"  --> {span}")
+        lines.extend(_render_snippet(span, sources, label))
+    for note in diagnostic.notes:
+        lines.append(f"  = note: {note}")
+    for h in diagnostic.help:
+        lines.append(f"  = help: {h}")
+    return "\n".join(lines)
+
+
+def render_all(
+    diagnostics: Sequence[Diagnostic], sources: SourceMap | None = None, fmt: str = "text"
+) -> str:
+    if fmt == "json":
+        return json.dumps([d.to_json() for d in diagnostics], indent=2)
+    parts = [render_text(d, sources) for d in diagnostics]
+    errors = sum(d.is_error for d in diagnostics)
+    warnings = sum(d.severity == "warning" for d in diagnostics)
+    if errors or warnings:
+        parts.append(f"{errors} error(s), {warnings} warning(s)")
+    return "\n\n".join(parts)

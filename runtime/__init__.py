@@ -1,0 +1,1 @@
+"""rlc runtime: carries out a compiled manifest (engines, router, trainer, rewards)."""
