@@ -95,9 +95,11 @@ class SourceMap:
         text = self.texts.get(source)
         if text is None:
             return None
-        lines = text.splitlines()
+        # Not splitlines(): it also splits on \f, \x1c-\x1e, \x85, \u2028 and \u2029,
+        # which TOML (and most formats) do not count as line breaks.
+        lines = text.split("\n")
         if 1 <= line <= len(lines):
-            return lines[line - 1]
+            return lines[line - 1].removesuffix("\r")
         return "" if line == len(lines) + 1 else None
 
 

@@ -85,7 +85,7 @@ class Verifier(abc.ABC):
         except Exception as exc:  # a verifier bug must not kill a rollout
             return RewardResult(0.0, ok=False, failure=f"{type(exc).__name__}: {exc}")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release workers, pools or connections (no-op by default)."""
 
 
@@ -96,7 +96,7 @@ _REGISTRY: dict[str, type[Verifier]] = {}
 _BUILTIN_MODULES: tuple[str, ...] = (
     "runtime.rewards.arithmetic",
     "runtime.rewards.gsm8k",
-    "runtime.rewards.math",
+    "runtime.rewards.math_answer",
     "runtime.rewards.ifeval",
     "runtime.rewards.code",
     "runtime.rewards.judge",
@@ -109,9 +109,12 @@ def register(name: str) -> Callable[[type[Verifier]], type[Verifier]]:
 
     def deco(cls: type[Verifier]) -> type[Verifier]:
         existing = _REGISTRY.get(name)
-        if existing is not None and existing is not cls:
-            if (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
-                raise ValueError(f"verifier {name!r} is already registered by {existing!r}")
+        same = existing is not None and (existing.__module__, existing.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )
+        if existing is not None and existing is not cls and not same:
+            raise ValueError(f"verifier {name!r} is already registered by {existing!r}")
         cls.name = name
         _REGISTRY[name] = cls
         return cls

@@ -1,0 +1,114 @@
+"""rlc plan SPEC: placement per node, batch geometry, lengths, async capacity, memory."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from compiler.commands._common import EXIT_USER, guarded
+from compiler.commands._spec_opts import report, run_compile, spec_options
+
+
+@click.command("plan")
+@spec_options
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (and config) as JSON.")
+@guarded
+def command(spec: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Show the effective plan of a spec without writing anything."""
+    result = run_compile(spec, overrides)
+    fmt = "json" if as_json else "text"
+    if result.errors:
+        report(result, fmt)
+        sys.exit(EXIT_USER)
+    r = result.resolved
+    if as_json:
+        import json
+
+        click.echo(
+            json.dumps(
+                {
+                    "name": r.config["name"],
+                    "plan": r.plan,
+                    "config": r.config,
+                    "paths": r.paths,
+                    "diagnostics": [d.to_json() for d in result.diagnostics],
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
+    _render(r, result)
+
+
+def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, show_header=False, title_justify="left", box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in rows:
+        t.add_row(k, "-" if v is None else str(v))
+    return t
+
+
+def _render(r: Any, result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    c, plan = r.config, r.plan
+    p = plan["placement"]
+    head = f"[bold]{c['name']}[/bold]  model {c['model']['source']} ({c['model']['architecture']})"
+    if c.get("recipe"):
+        head += f"  recipe {c['recipe']}"
+    console.print(head)
+    nodes = Table(title="placement", title_justify="left")
+    for col in ("node", "gpu", "roles"):
+        nodes.add_column(col)
+    for n in p["nodes"]:
+        for g in n["gpus"]:
+            nodes.add_row(str(n["node"]), str(g["gpu"]), ", ".join(g["roles"]))
+        if n["cpu_roles"]:
+            nodes.add_row(str(n["node"]), "cpu", ", ".join(n["cpu_roles"]))
+    console.print(nodes)
+    console.print(
+        f"replicas {p['replicas']} x {p['gpus_per_replica']} GPUs = {p['allocated_gpus']} allocated, "
+        f"{p['used_gpus']} used, {p['unused_gpus']} unused"
+    )
+    b, ln, a, m = plan["batch"], plan["lengths"], plan["async"], plan["memory"]
+    console.print(_kv_table("batch geometry", [
+        ("prompts x samples", f"{b['prompts_per_collection']} x {b['samples_per_prompt']} = {b['samples_per_collection']}"),
+        ("global batch", b["global_batch_size"]),
+        ("optimizer steps / collection", b["optimizer_steps_per_collection"]),
+        ("total optimizer steps", b["total_optimizer_steps"]),
+        ("trainer world", b["trainer_world_size"]),
+        ("scoring pass", plan["scoring_pass"]["reason"]),
+    ]))
+    console.print(_kv_table("lengths", [
+        ("context", ln["max_context_length"]),
+        ("prompt / response", f"{ln['max_prompt_length']} / {ln['max_response_length']}"),
+        ("packing budget", ln["packing_max_tokens"]),
+        ("token pool / engine", f"{ln['token_pool']} ({ln['full_context_slots_per_engine']} full contexts)"),
+    ]))
+    console.print(_kv_table("async capacity", [
+        ("enabled", a["enabled"]),
+        ("engines / usable slots", f"{a['engines']} / {a['usable_slots']}"),
+        ("producer budget", f"{a['producer_sample_budget']} samples ({a['producer_group_budget']} groups)"),
+        ("completed buffer", f"{a['completed_buffer_groups']} groups ({a['completed_buffer_samples']} samples)"),
+        ("max policy lag", a["max_policy_lag"]),
+        ("correction / publication", f"{a['off_policy_correction']} / {a['publication_mode']}"),
+    ]))
+    if m["known"]:
+        console.print(_kv_table("memory estimate (GiB)", [
+            ("trainer per GPU", m["trainer_gib_per_gpu"]),
+            ("engine per GPU", m["engine_gib_per_gpu"]),
+            ("colocated per GPU", m["colocated_gib_per_gpu"]),
+            ("GPU memory", m["gpu_memory_gib"]),
+        ]))
+    else:
+        console.print("memory estimate: unknown (set model.num_params for a non-builtin model)")
+    if result.diagnostics:
+        report(result, "text")

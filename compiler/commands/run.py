@@ -1,0 +1,97 @@
+"""``rlc run SPEC|MANIFEST``: compile if needed, then carry the manifest out on this machine.
+
+A spec is compiled exactly as ``rlc compile`` would; the manifest is written under
+``<output.root>/manifests/`` by content digest (manifests are immutable, so a run with
+other ``--set`` values gets its own file), then ``python -m runtime.execute`` runs it
+in a child process. The compiler never imports the runtime: the runtime's own exit code
+(0 done, 2 unusable manifest, 3 runtime failure) is passed through.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from compiler.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
+
+
+def manifest_path_for(manifest: dict[str, Any]) -> Path:
+    """Where `rlc run` keeps a compiled manifest: by digest under the run's output root."""
+    root = Path(str((manifest.get("paths") or {}).get("root") or f"build/{manifest['name']}"))
+    short = str(manifest["digest"]).removeprefix("sha256:")[:16]
+    return root / "manifests" / f"{manifest['name']}-{short}.json"
+
+
+def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
+    """Compile ``spec`` (raises DiagnosticError on errors) and write its manifest."""
+    from compiler.manifest import write_manifest
+    from compiler.pipeline import compile_spec
+
+    result = compile_spec(spec, list(overrides))
+    if result.warnings:
+        emit_diagnostics(result.warnings, result.sources, fmt)
+    manifest = result.manifest()  # raises DiagnosticError on errors
+    return write_manifest(manifest, manifest_path_for(manifest))
+
+
+def run_manifest(path: Path, resume: str | None, progress: bool) -> int:
+    """Run ``python -m runtime.execute`` and return its exit code.
+
+    Ctrl-C reaches the child too (same process group); we wait for it to save and stop.
+    """
+    argv = [sys.executable, "-m", "runtime.execute", str(path)]
+    if resume:
+        argv += ["--resume", resume]
+    if not progress:
+        argv.append("--no-progress")
+    proc = subprocess.Popen(argv, env=dict(os.environ))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # pragma: no cover - SIGINT is ignored while waiting
+                continue
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if proc.poll() is None:
+            proc.terminate()
+
+
+@click.command("run")
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a spec field."
+)
+@click.option(
+    "--resume",
+    type=click.Choice(["auto", "never", "required"]),
+    default=None,
+    help="Resume from the newest complete checkpoint (default: checkpoint.resume).",
+)
+@click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+@format_option
+@guarded
+def command(
+    target: str, overrides: tuple[str, ...], resume: str | None, no_progress: bool, fmt: str
+) -> None:
+    """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
+    path = Path(target)
+    if not path.exists():
+        click.echo(f"rlc: error: {target}: no such file", err=True)
+        sys.exit(EXIT_USER)
+    if path.suffix == ".json":
+        if overrides:
+            click.echo("rlc: error: --set applies to specs; a manifest is immutable", err=True)
+            sys.exit(EXIT_USER)
+        manifest_path = path
+    else:
+        manifest_path = compile_for_run(target, overrides, fmt)
+        click.echo(f"rlc: manifest {manifest_path}", err=True)
+    sys.exit(run_manifest(manifest_path, resume, progress=not no_progress))

@@ -1,0 +1,1 @@
+"""Emitters: Beaker experiment specs (validated by `beaker_model`), docs, schemas."""

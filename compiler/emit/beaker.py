@@ -1,0 +1,251 @@
+"""Render the Beaker experiment specs of a manifest (training, preparation, evaluator).
+
+The manifest travels inside the job (gzip + base64 in the task's script), so a job never
+fetches anything from the submitting machine. Rendering is a pure function of the manifest:
+the same manifest gives byte-identical YAML. Every rendered spec is validated against our
+pydantic model of Beaker spec v2 before it is returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import jinja2
+import yaml
+
+from compiler import __version__
+from compiler.diagnostics import Diagnostic, DiagnosticError
+from compiler.resources import templates_dir
+
+MANIFEST_PATH = "/rlc/manifest.json"
+RESULT_PATH = "/results"
+CODE_DIR = "/opt/rlc"
+# Environment every job gets; launch.env may override these, never the reserved names.
+DEFAULT_ENV: dict[str, str] = {
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "2",
+    "NCCL_CUMEM_ENABLE": "1",
+    "HF_HOME": "/tmp/hf-cache",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+@dataclass(frozen=True)
+class BeakerArtifacts:
+    """File name (under ``beaker/``) -> YAML text."""
+
+    files: dict[str, str]
+
+
+@cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir() / "beaker")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def embed_manifest(manifest_text: str) -> str:
+    """Deterministic gzip+base64 of the manifest bytes (mtime fixed at 0)."""
+    packed = gzip.compress(manifest_text.encode("utf-8"), compresslevel=9, mtime=0)
+    return base64.b64encode(packed).decode("ascii")
+
+
+def _script(manifest_text: str, entry: list[str], log_name: str) -> str:
+    payload = embed_manifest(manifest_text)
+    command = " ".join(shlex.quote(part) for part in entry)
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"mkdir -p {shlex.quote(RESULT_PATH)} $(dirname {MANIFEST_PATH})",
+            f"echo {payload} | base64 -d | gunzip > {MANIFEST_PATH}",
+            f"cd {CODE_DIR}",
+            f"{command} 2>&1 | tee -a {RESULT_PATH}/{log_name}",
+        ]
+    )
+
+
+def _env_vars(launch: Mapping[str, Any], digest: str) -> list[dict[str, str]]:
+    values: dict[str, str] = dict(DEFAULT_ENV)
+    values.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+    values["RLC_MANIFEST"] = MANIFEST_PATH
+    values["RLC_MANIFEST_SHA256"] = digest
+    secrets: dict[str, str] = {str(k): str(v) for k, v in (launch.get("secrets") or {}).items()}
+    out = [{"name": k, "value": values[k]} for k in sorted(values) if k not in secrets]
+    out.extend({"name": k, "secret": secrets[k]} for k in sorted(secrets))
+    return out
+
+
+def _image(manifest: Mapping[str, Any]) -> str:
+    launch = manifest["config"].get("launch", {})
+    image = launch.get("image")
+    if image:
+        return str(image)
+    lock = manifest.get("runtime_lock") or {}
+    return str((lock.get("image") or {}).get("beaker") or "")
+
+
+def _nodes(manifest: Mapping[str, Any]) -> int:
+    placement = (manifest.get("plan") or {}).get("placement") or {}
+    nodes = placement.get("nodes")
+    if isinstance(nodes, list) and nodes:
+        return len(nodes)
+    return int(manifest["config"].get("trainer", {}).get("nodes", 1) or 1)
+
+
+def _gpus_per_replica(manifest: Mapping[str, Any]) -> int:
+    launch = manifest["config"].get("launch", {})
+    value = launch.get("gpus_per_replica")
+    if isinstance(value, int):
+        return value
+    placement = (manifest.get("plan") or {}).get("placement") or {}
+    per = placement.get("gpus_per_replica")
+    return int(per) if isinstance(per, int) else 0
+
+
+def _common(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    launch = manifest["config"].get("launch", {})
+    mounts = launch.get("weka_mounts") or []
+    min_runtime = launch.get("min_runtime") or ""
+    timeout = launch.get("timeout") or ""
+    return {
+        "name": manifest["name"],
+        "digest": manifest["digest"],
+        "compiler_version": __version__,
+        "budget": launch.get("budget"),
+        "image": _image(manifest),
+        "datasets": sorted(mounts, key=lambda m: m["mount_path"]),
+        "result_path": RESULT_PATH,
+        "priority": launch.get("priority", "normal"),
+        "cluster": launch.get("cluster", ""),
+        "timeout": "" if timeout in ("0", "0s") else timeout,
+        "min_runtime": "" if min_runtime in ("", "0", "0s") else min_runtime,
+        "auto_resume": bool(launch.get("auto_resume", False)),
+        "env_vars": _env_vars(launch, manifest["digest"]),
+    }
+
+
+def _needs_preparation(config: Mapping[str, Any]) -> bool:
+    """CPU preparation runs where weights or data must be made ready before GPUs are held."""
+    model = config.get("model", {})
+    judges = config.get("judges") or {}
+    managed = any((j or {}).get("mode", "external") == "managed" for j in judges.values())
+    return (
+        model.get("format") == "olmo_core" or managed or bool(config.get("data", {}).get("prepare"))
+    )
+
+
+def _background_eval(config: Mapping[str, Any]) -> bool:
+    return (config.get("evaluation") or {}).get("mode") == "background"
+
+
+def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArtifacts:
+    """All Beaker specs for a manifest, each validated against our Beaker v2 model."""
+    config = manifest["config"]
+    common = _common(manifest)
+    nodes = _nodes(manifest)
+    launch = config.get("launch", {})
+    coordination = launch.get("coordination") or {}
+    judges = config.get("judges") or {}
+    max_retries = launch.get("max_retries", -1)
+    files: dict[str, str] = {}
+
+    train = (
+        _env()
+        .get_template("train.yaml.j2")
+        .render(
+            **common,
+            description=f"rlc {manifest['name']} (manifest {manifest['digest']})",
+            task_name=manifest["name"],
+            script=_script(
+                manifest_text, ["python", "-m", "runtime.execute", MANIFEST_PATH], "run.log"
+            ),
+            replicas=nodes,
+            host_networking=bool(judges),
+            synchronized_start_timeout=f"{int(coordination.get('startup_timeout', 3600))}s",
+            gpu_count=_gpus_per_replica(manifest),
+            shared_memory=launch.get("shared_memory"),
+            allowed_retries=max_retries
+            if isinstance(max_retries, int) and max_retries >= 0
+            else None,
+        )
+    )
+    files["train.yaml"] = train
+
+    if _needs_preparation(config):
+        files["prepare.yaml"] = (
+            _env()
+            .get_template("prepare.yaml.j2")
+            .render(
+                **{**common, "cluster": launch.get("cpu_cluster") or "ai2/saturn"},
+                description=f"rlc {manifest['name']} preparation (manifest {manifest['digest']})",
+                task_name=f"{manifest['name']}-prepare",
+                script=_script(
+                    manifest_text, ["python", "-m", "runtime.prepare", MANIFEST_PATH], "prepare.log"
+                ),
+                cpu_count=8,
+            )
+        )
+
+    if _background_eval(config):
+        evaluation = config.get("evaluation") or {}
+        files["evaluator.yaml"] = (
+            _env()
+            .get_template("evaluator.yaml.j2")
+            .render(
+                **{
+                    **common,
+                    "cluster": evaluation.get("cluster") or common["cluster"],
+                    "budget": evaluation.get("budget") or common["budget"],
+                    "image": evaluation.get("image") or common["image"],
+                    "timeout": evaluation.get("timeout") or common["timeout"],
+                },
+                description=f"rlc {manifest['name']} background evaluation update __RLC_EVAL_UPDATE__",
+                script=_script(
+                    manifest_text,
+                    [
+                        "python",
+                        "-m",
+                        "runtime.evaluate",
+                        MANIFEST_PATH,
+                        "--update",
+                        "__RLC_EVAL_UPDATE__",
+                        "--checkpoint",
+                        "__RLC_EVAL_CHECKPOINT__",
+                    ],
+                    "evaluation.log",
+                ),
+                gpu_count=int(evaluation.get("gpus", 1) or 1),
+            )
+        )
+
+    for name, text in files.items():
+        validate_beaker_yaml(text, name)
+    return BeakerArtifacts(files)
+
+
+def validate_beaker_yaml(text: str, name: str = "beaker spec") -> dict[str, Any]:
+    """Parse and validate one rendered spec against our Beaker v2 model and JSON Schema."""
+    from compiler.emit.beaker_model import ExperimentSpec  # noqa: PLC0415 - keep import lazy
+
+    data = yaml.safe_load(text)
+    try:
+        ExperimentSpec.model_validate(data)
+    except Exception as exc:  # pydantic.ValidationError
+        raise DiagnosticError(
+            Diagnostic(
+                "error",
+                "beaker-spec-invalid",
+                f"generated {name} does not satisfy the Beaker v2 model: {exc}",
+                help=("this is a bug in rlc's templates; please report it",),
+            )
+        ) from exc
+    return dict(data)

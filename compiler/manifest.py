@@ -1,0 +1,221 @@
+"""The immutable launch manifest: build, write (atomic, read-only, never replaced by a
+different one) and load (digest and versions verified).
+
+``digest`` is sha256 over the canonical JSON of the manifest without its ``digest`` key.
+This module is pure python (the runtime imports it); it never imports pydantic at load time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from compiler.canonical import CanonicalError, canonical_bytes, digest_of, sha256_hex
+from compiler.diagnostics import Diagnostic, DiagnosticError
+
+if TYPE_CHECKING:
+    from compiler.pipeline import CompileResult
+
+MANIFEST_VERSION = 1
+SCHEMA_VERSION = 1
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("RLC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlc"
+    )
+    return Path(base)
+
+
+def schema_digest() -> str:
+    """sha256 of the canonical JSON Schema of the spec models.
+
+    Building the JSON Schema costs tens of milliseconds, so the digest is cached on disk,
+    keyed by the bytes of the spec modules and the pydantic version.
+    """
+    import pydantic
+
+    spec_dir = Path(__file__).resolve().parent / "spec"
+    key_parts = [pydantic.VERSION.encode()]
+    for f in sorted(spec_dir.glob("*.py")):
+        key_parts.append(f.name.encode() + b"\0" + f.read_bytes())
+    key = sha256_hex(b"\0\0".join(key_parts))
+    cache = _cache_dir() / f"schema-{key}.txt"
+    try:
+        cached = cache.read_text().strip()
+        if cached.startswith("sha256:"):
+            return cached
+    except OSError:
+        pass
+    digest = digest_of(spec_json_schema())
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(digest + "\n")
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return digest
+
+
+def spec_json_schema() -> dict[str, Any]:
+    from compiler.spec import Spec
+
+    schema: dict[str, Any] = Spec.model_json_schema(by_alias=True)
+    return schema
+
+
+def build_manifest(result: CompileResult) -> dict[str, Any]:
+    """The manifest of a successful compile (no errors)."""
+    from compiler import __version__
+    from compiler.argv import engine_argv, router_argv, trainer_argv
+
+    resolved = result.resolved
+    if resolved is None or result.ruleset is None:
+        raise ValueError("build_manifest needs a resolved, checked compile")
+    config = resolved.config
+    body: dict[str, Any] = {
+        "manifest_version": MANIFEST_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "name": config["name"],
+        "compiler": {
+            "version": __version__,
+            "schema_digest": schema_digest(),
+            "rules_digest": "sha256:" + result.ruleset.digest,
+        },
+        "source": {
+            "path": result.source_path,
+            "sha256": result.source_sha256,
+            "overrides": list(result.overrides),
+            "recipe": result.recipe,
+            "recipe_sha256": result.recipe_sha256,
+        },
+        "config": config,
+        "provenance": {k: v.to_json() for k, v in sorted(resolved.provenance.items())},
+        "plan": resolved.plan,
+        "commands": {
+            "engine_argv": engine_argv(config, resolved.plan, resolved.paths),
+            "trainer_argv": trainer_argv(),
+            "router_argv": router_argv(config, resolved.plan),
+        },
+        "runtime_lock": result.lock,
+        "paths": resolved.paths,
+        "warnings": [d.to_json() for d in result.diagnostics if d.severity == "warning"],
+    }
+    body["digest"] = digest_of(body)
+    return body
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return canonical_bytes(manifest)
+
+
+def write_manifest(manifest: dict[str, Any], path: str | Path) -> Path:
+    """Write atomically and read-only. The same bytes again is a no-op; different bytes over
+    an existing manifest are refused (a manifest is immutable)."""
+    path = Path(path)
+    data = manifest_bytes(manifest)
+    if path.exists():
+        try:
+            old = path.read_bytes()
+        except OSError as exc:
+            raise DiagnosticError(
+                Diagnostic("error", "manifest-io", f"cannot read existing {path}: {exc}")
+            ) from exc
+        if old == data:
+            return path
+        old_digest = _digest_in(old)
+        raise DiagnosticError(
+            Diagnostic(
+                "error",
+                "manifest-exists",
+                f"{path} already holds a different manifest ({old_digest}); manifests are "
+                f"immutable and are never overwritten (new digest {manifest.get('digest')})",
+                help=("compile to another directory with -o, change `name`, or delete the old "
+                      "build directory if it is no longer needed",),
+            )
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _digest_in(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("digest", "?"))
+    except (ValueError, AttributeError):
+        return "unreadable"
+
+
+def verify_manifest(manifest: Any, where: str = "manifest") -> list[Diagnostic]:
+    """Problems with a loaded manifest object: shape, versions, digest."""
+    from compiler import __version__
+
+    def err(code: str, msg: str, *help_: str) -> Diagnostic:
+        return Diagnostic("error", code, f"{where}: {msg}", help=help_)
+
+    if not isinstance(manifest, dict):
+        return [err("manifest-invalid", "is not a JSON object")]
+    out: list[Diagnostic] = []
+    if manifest.get("manifest_version") != MANIFEST_VERSION:
+        out.append(err("manifest-version", f"manifest_version {manifest.get('manifest_version')!r} "
+                       f"is not supported (expected {MANIFEST_VERSION})", "recompile the spec"))
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        out.append(err("manifest-version", f"schema_version {manifest.get('schema_version')!r} "
+                       f"is not supported (expected {SCHEMA_VERSION})", "recompile the spec"))
+    compiler = manifest.get("compiler")
+    version = compiler.get("version") if isinstance(compiler, dict) else None
+    if not isinstance(version, str) or version.split(".")[0] != __version__.split(".")[0]:
+        out.append(err("manifest-version", f"was written by compiler {version!r}, which this "
+                       f"rlc {__version__} cannot read", "recompile the spec with this rlc"))
+    claimed = manifest.get("digest")
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    try:
+        actual = digest_of(body)
+    except CanonicalError as exc:
+        out.append(err("manifest-invalid", f"is not canonical JSON: {exc}"))
+        return out
+    if claimed != actual:
+        out.append(err("manifest-digest", f"digest mismatch: the file says {claimed!r} but its "
+                       f"content hashes to {actual!r}; it was modified after compilation",
+                       "recompile the spec instead of editing a manifest"))
+    for key in ("config", "plan", "commands", "paths", "provenance"):
+        if not isinstance(manifest.get(key), dict):
+            out.append(err("manifest-invalid", f"missing or invalid `{key}`"))
+    return out
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """Read and verify a manifest; raises DiagnosticError when it cannot be trusted."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DiagnosticError(
+            Diagnostic("error", "manifest-io", f"cannot read manifest {path}: {exc.strerror or exc}")
+        ) from exc
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DiagnosticError(
+            Diagnostic("error", "manifest-invalid", f"{path} is not valid JSON: {exc}")
+        ) from exc
+    problems = verify_manifest(manifest, str(path))
+    if problems:
+        raise DiagnosticError(problems)
+    result: dict[str, Any] = manifest
+    return result

@@ -1,0 +1,190 @@
+"""Running the generated LALR parser and turning lark's errors into positioned diagnostics.
+
+LALR merges states, so lark's "expected" sets mix contexts (a key in ``[a`` may be
+"followed by ']' or '='"). The open brackets left on the parser's value stack tell the
+real context, and the expected set is narrowed to it before it is shown to a user.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from compiler.diagnostics import Diagnostic, Span
+
+_FRIENDLY: dict[str, str] = {
+    "BARE_KEY": "a key",
+    "BASIC_STRING": "a string",
+    "LITERAL_STRING": "a string",
+    "ML_BASIC_STRING": "a string",
+    "ML_LITERAL_STRING": "a string",
+    "ATOM": "a value",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LDSQB": "'[['",
+    "RDSQB": "']]'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "_EQ": "'='",
+    "_DOT": "'.'",
+    "_COMMA": "','",
+    "_NL": "a newline",
+    "$END": "the end of the input",
+}
+_KEY_STARTS = {"BARE_KEY", "BASIC_STRING", "LITERAL_STRING"}
+_VALUE_STARTS = {"ATOM", "BASIC_STRING", "ML_BASIC_STRING", "LITERAL_STRING", "ML_LITERAL_STRING"}
+_CLOSERS = {"RSQB", "RDSQB", "RBRACE"}
+_STATEMENTS = {"keyval", "table", "array_table", "_NL"}
+# Terminals that make sense in each context (others come from merged LALR states).
+_NOT_IN: dict[str, set[str]] = {
+    "keyval": _CLOSERS | {"_COMMA"},
+    "header": {"RDSQB", "RBRACE", "_COMMA", "_EQ", "_NL", "$END"},
+    "aot-header": {"RSQB", "RBRACE", "_COMMA", "_EQ", "_NL", "$END"},
+    "array": {"RDSQB", "RBRACE", "$END"},
+    "inline": {"RSQB", "RDSQB", "_NL", "$END"},
+}
+_END_OF_LINE = ("each key = value pair and [table] header must end its line",)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    from compiler.parse import _standalone
+
+    return _standalone.Lark_StandAlone()
+
+
+def parse_tree(text: str, start: str, source: str) -> tuple[Any, Diagnostic | None]:
+    """The lark tree for ``text`` from rule ``start``, or the syntax diagnostic."""
+    from compiler.parse import _standalone as lark
+
+    try:
+        return _parser().parse(text, start=start), None
+    except lark.UnexpectedCharacters as exc:
+        return None, _unexpected_char(exc, source)
+    except lark.UnexpectedToken as exc:
+        return None, _unexpected_token(exc, text, source)
+    except lark.UnexpectedEOF:  # pragma: no cover - LALR reports the end as a $END token
+        line, col = _end_position(text)
+        return None, _diag(Span(source, line, col, line, col), "unexpected end of input", ())
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    line = text.count("\n") + 1
+    col = len(text) - (text.rfind("\n") + 1) + 1
+    return line, col
+
+
+def _context(exc: Any) -> str:
+    """Where the parser was: keyval, header, aot-header, array or inline."""
+    parser = getattr(exc, "interactive_parser", None)
+    if parser is None:
+        return "keyval"
+    stack = parser.parser_state.value_stack
+    names = [getattr(v, "type", None) or getattr(v, "data", "") for v in stack]
+    closed = 0
+    for i in range(len(names) - 1, -1, -1):
+        name = names[i]
+        if name in _CLOSERS:
+            closed += 1
+        elif name in ("LSQB", "LDSQB", "LBRACE"):
+            if closed:
+                closed -= 1
+                continue
+            if name == "LBRACE":
+                return "inline"
+            if name == "LDSQB":
+                return "aot-header"
+            if all(below in _STATEMENTS for below in names[:i]):
+                return "header"
+            return "array"
+    return "keyval"
+
+
+def _expected(names: set[str], context: str) -> tuple[set[str], str]:
+    names = names - _NOT_IN[context]
+    has_value = "ATOM" in names
+    has_key = "BARE_KEY" in names
+    labels: list[str] = []
+    for name in sorted(names, key=lambda n: (n not in _VALUE_STARTS | _KEY_STARTS, n)):
+        if has_value and name in _VALUE_STARTS | {"LSQB", "LBRACE"}:
+            label = "a value"
+        elif has_key and name in _KEY_STARTS:
+            label = "a key"
+        else:
+            label = _FRIENDLY.get(name, name)
+        if label not in labels:
+            labels.append(label)
+    if len(labels) <= 1:
+        return names, "".join(labels)
+    return names, ", ".join(labels[:-1]) + " or " + labels[-1]
+
+
+def _diag(span: Span, message: str, help_: tuple[str, ...]) -> Diagnostic:
+    return Diagnostic("error", "toml-syntax", message, span, help=help_)
+
+
+def _newline_message(context: str, names: set[str], span: Span) -> Diagnostic:
+    if context == "inline":
+        return _diag(
+            span,
+            "newline inside an inline table",
+            ("TOML 1.0 inline tables must be on one line; use a [table] section for longer ones",),
+        )
+    if context in ("header", "aot-header"):
+        close = "]" if context == "header" else "]]"
+        return _diag(span, f"table header is not closed; expected '{close}'", ())
+    if "ATOM" in names:
+        return _diag(span, "missing value", ("write a value on the same line as its key",))
+    if "_EQ" in names:
+        return _diag(span, "a key must be followed by '=' and a value", ())
+    _, expected = _expected(names, context)
+    return _diag(span, f"unexpected end of line; expected {expected}", ())
+
+
+def _unexpected_char(exc: Any, source: str) -> Diagnostic:
+    line, col = exc.line, exc.column
+    char: str = exc.char
+    context = _context(exc)
+    names, expected = _expected(set(exc.allowed or ()), context)
+    span = Span(source, line, col, line, col + 1)
+    if char == "\n":
+        return _newline_message(context, names, span)
+    if char in "\"'":
+        triple = '"""..."""' if char == '"' else "'''...'''"
+        return _diag(
+            span,
+            "unterminated string",
+            (f"a string must close on the line it starts on; use {triple} for multi-line text",),
+        )
+    shown = repr(char) if not char.isprintable() or char in " \t" else f"'{char}'"
+    if names and names <= {"_NL", "$END"}:
+        return _diag(span, f"unexpected character {shown} after the value", _END_OF_LINE)
+    message = f"unexpected character {shown}"
+    if expected:
+        message += f"; expected {expected}"
+    help_: tuple[str, ...] = ()
+    if names & _KEY_STARTS | {"_DOT", "_EQ"} and "ATOM" not in names:
+        help_ = ("bare keys may contain only A-Z a-z 0-9 _ and -; quote any other key",)
+    return _diag(span, message, help_)
+
+
+def _unexpected_token(exc: Any, text: str, source: str) -> Diagnostic:
+    token = exc.token
+    context = _context(exc)
+    names, expected = _expected(set(exc.expected or ()), context)
+    if token.type == "$END":
+        line, col = _end_position(text)
+        span = Span(source, line, col, line, col)
+        if context in ("array", "inline"):
+            what = "array" if context == "array" else "inline table"
+            return _diag(span, f"unexpected end of input: the {what} is not closed", ())
+        return _diag(span, f"unexpected end of input; expected {expected}", ())
+    span = Span(source, token.line, token.column, token.end_line, token.end_column)
+    if token.type == "_NL":
+        return _newline_message(context, names, span)
+    shown = f"{str(token)!r}"
+    if token.type == "RBRACE" and names and names <= _KEY_STARTS:
+        return _diag(span, "trailing comma in an inline table", ("TOML 1.0 does not allow it",))
+    if names and names <= {"_NL", "$END"}:
+        return _diag(span, f"unexpected {shown} after the value", _END_OF_LINE)
+    return _diag(span, f"unexpected {shown}; expected {expected}", ())

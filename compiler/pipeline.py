@@ -1,0 +1,258 @@
+"""parse -> overrides -> bind (recipe layer + spec) -> resolve -> check, collecting every
+diagnostic. ``compile_spec`` never raises for user errors; inspect ``result.ok``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, did_you_mean
+
+
+@dataclass
+class CompileResult:
+    source_path: str
+    overrides: list[str]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    sources: SourceMap = field(default_factory=SourceMap)
+    source_sha256: str | None = None
+    recipe: str | None = None
+    recipe_sha256: str | None = None
+    bound: Any = None  # compiler.bind.Bound
+    resolved: Any = None  # compiler.resolve.Resolved
+    ruleset: Any = None  # compiler.rules.RuleSet
+    lock: dict[str, Any] = field(default_factory=dict)
+    _manifest: dict[str, Any] | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return self.resolved is not None and not self.errors
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest (raises DiagnosticError when the compile has errors)."""
+        if not self.ok:
+            err = DiagnosticError(self.errors or [Diagnostic("error", "compile", "compile failed")])
+            err.sources = self.sources  # type: ignore[attr-defined]
+            raise err
+        if self._manifest is None:
+            from compiler.manifest import build_manifest
+
+            self._manifest = build_manifest(self)
+        return self._manifest
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            err = DiagnosticError(self.diagnostics)
+            err.sources = self.sources  # type: ignore[attr-defined]
+            raise err
+
+
+class ResolvedView:
+    """The rules' view of a resolved config: config paths, ``plan.*`` and ``facts.*``."""
+
+    def __init__(self, resolved: Any):
+        self.r = resolved
+
+    def get(self, path: str) -> Any:
+        from compiler.rules import UNSET
+
+        head, _, rest = path.partition(".")
+        if head == "facts":
+            return self.r.facts.get(rest, UNSET)
+        node: Any = self.r.plan if head == "plan" else self.r.config
+        parts = rest.split(".") if head == "plan" else path.split(".")
+        for part in parts:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return UNSET
+        return node
+
+    def is_set(self, path: str) -> bool:
+        if path in self.r.explicit:
+            return True
+        prefix = path + "."
+        return any(p.startswith(prefix) for p in self.r.explicit)
+
+    def span(self, path: str) -> Span | None:
+        if path.startswith("facts."):
+            span: Span | None = self.r.fact_spans.get(path)
+            return span
+        span = self.r.spans.get(path)
+        if span is None:
+            prefix = path + "."
+            for p, s in self.r.spans.items():
+                if p.startswith(prefix):
+                    return s
+        return span
+
+
+def _flatten(prefix: str, node: Any, out: set[str]) -> None:
+    if isinstance(node, dict):
+        out.add(prefix) if prefix else None
+        for k, v in node.items():
+            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
+    else:
+        out.add(prefix)
+
+
+def known_fields(resolved: Any) -> set[str]:
+    """Every path a rule may name: config fields, plan values and facts."""
+    from compiler.resolve import field_paths
+
+    out = set(field_paths(resolved.config))
+    _flatten("plan", resolved.plan, out)
+    out.update(f"facts.{k}" for k in resolved.facts)
+    # judges/rubrics/bindings are maps: rules talk about them through facts
+    out.update({"judges", "rubrics", "judging.bindings"})
+    return out
+
+
+def _read(path: Path, shown: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DiagnosticError(
+            Diagnostic("error", "spec-io", f"cannot read {shown}: {exc.strerror or exc}")
+        ) from exc
+
+
+def _parse(text: str, source: str) -> Any:
+    from compiler.parse import parse_document
+
+    return parse_document(text, source)
+
+
+def load_recipe_layer(name: str, span: Span | None) -> tuple[Any, str, str, bytes]:
+    """(Layer, source name, text, bytes) of ``specs/recipes/NAME.toml``."""
+    from compiler.bind import Layer
+    from compiler.resources import recipes_dir
+
+    rdir = recipes_dir()
+    path = rdir / f"{name}.toml"
+    if not path.is_file():
+        names = sorted(p.stem for p in rdir.glob("*.toml"))
+        raise DiagnosticError(
+            Diagnostic(
+                "error",
+                "unknown-recipe",
+                f"unknown recipe {name!r}",
+                span,
+                help=did_you_mean(name, names) or (f"available recipes: {', '.join(names)}",),
+            )
+        )
+    data = path.read_bytes()
+    source = f"recipe {name}"
+    text = data.decode("utf-8")
+    doc = _parse(text, source)
+    return Layer("recipe", doc, recipe=name), source, text, data
+
+
+def compile_spec(
+    path: str | Path, overrides: Sequence[str] = (), *, lock: dict[str, Any] | None = None
+) -> CompileResult:
+    """Compile the spec at ``path`` (kept as given in the manifest) with ``--set`` overrides."""
+    shown = str(path)
+    result = CompileResult(source_path=shown, overrides=list(overrides))
+    try:
+        _compile(result, Path(path), shown, lock)
+    except DiagnosticError as exc:
+        result.diagnostics.extend(exc.diagnostics)
+        extra = getattr(exc, "sources", None)
+        if isinstance(extra, SourceMap):
+            result.sources.texts.update(extra.texts)
+        result.resolved = None if result.errors else result.resolved
+    return result
+
+
+def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any] | None) -> None:
+    from compiler.bind import Layer, bind
+
+    data = _read(path, shown)
+    result.source_sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DiagnosticError(
+            Diagnostic("error", "spec-io", f"{shown} is not UTF-8 text (byte {exc.start})")
+        ) from exc
+    result.sources.add(shown, text)
+    for i, ov in enumerate(result.overrides, start=1):
+        result.sources.add(f"override {i}", ov)
+    doc = _parse(text, shown)
+    if result.overrides:
+        from compiler.overrides import apply_overrides
+
+        doc = apply_overrides(doc, list(result.overrides))
+    layers = []
+    recipe_entry = doc.root.entries.get("recipe")
+    if recipe_entry is not None and isinstance(recipe_entry.value.to_python(), str):
+        name = recipe_entry.value.to_python()
+        try:
+            layer, source, rtext, rdata = load_recipe_layer(name, recipe_entry.value.span)
+        except DiagnosticError as exc:
+            result.diagnostics.extend(exc.diagnostics)
+        else:
+            result.sources.add(source, rtext)
+            result.recipe = name
+            result.recipe_sha256 = hashlib.sha256(rdata).hexdigest()
+            layers.append(layer)
+    layers.append(Layer("spec", doc))
+    bound = bind(layers)
+    result.bound = bound
+    result.diagnostics.extend(bound.diagnostics)
+    if bound.spec is None or result.errors:
+        return
+    if lock is None:
+        from compiler.resources import runtime_lock_path
+
+        lock = json.loads(runtime_lock_path().read_text())
+    result.lock = lock
+    from compiler.resolve import resolve
+
+    resolved = resolve(bound, shown, lock)
+    result.resolved = resolved
+    result.diagnostics.extend(_native_checks(resolved, bound))
+    result.diagnostics.extend(check(resolved, result))
+
+
+def _native_checks(resolved: Any, bound: Any) -> list[Diagnostic]:
+    try:
+        from compiler.native import check_native
+    except ImportError:
+        return []
+    out: list[Diagnostic] = []
+    for tool in ("sglang", "olmo_core"):
+        options = resolved.config["native"][tool]
+        if not options:
+            continue
+        spans: dict[str, Span | None] = {}
+        for key in options:
+            found = bound.writer(("native", tool, key))
+            spans[f"native.{tool}.{key}"] = found[1].key_span if found else None
+        out.extend(check_native(tool, options, spans) or [])
+    return out
+
+
+def check(resolved: Any, result: CompileResult | None = None) -> list[Diagnostic]:
+    """Evaluate the rule files against a resolved config."""
+    from compiler.resources import rules_dir
+    from compiler.rules import evaluate, load_rules
+
+    ruleset = load_rules(rules_dir(), known_fields(resolved))
+    if result is not None:
+        result.ruleset = ruleset
+    return [f.to_diagnostic() for f in evaluate(ruleset, ResolvedView(resolved))]

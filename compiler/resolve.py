@@ -1,0 +1,572 @@
+"""Resolution: a bound spec -> every field's value, its provenance, and the plan.
+
+Order: spec values (already layered over the recipe by ``bind``), relative paths resolved
+against the spec's directory, then derived values in dependency order (each records its
+formula and inputs), then placement and the plan. Constraints are not checked here: the
+rules (``schemas/rules``) check the result.
+
+Paths: relative paths are joined to the spec's directory *as the spec path was given*
+(``specs/examples/x.toml`` + ``../../runs/x`` -> ``runs/x``), and then normalized. So a
+manifest compiled from a relative spec path holds cwd-relative paths (the same base as
+``source.path``) and is byte-identical on every machine; absolute spec paths or values give
+absolute paths. ``~`` is not expanded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from compiler.bind import Bound, dotted
+from compiler.diagnostics import Span
+from compiler.provenance import Provenance, span_kind
+
+
+@dataclass
+class Resolved:
+    config: dict[str, Any]
+    provenance: dict[str, Provenance]
+    plan: dict[str, Any]
+    paths: dict[str, str]
+    facts: dict[str, Any]
+    fact_spans: dict[str, Span] = field(default_factory=dict)
+    explicit: set[str] = field(default_factory=set)
+    spans: dict[str, Span] = field(default_factory=dict)
+
+    def get(self, path: str) -> Any:
+        node: Any = self.config
+        for part in path.split("."):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise KeyError(path)
+        return node
+
+
+def field_paths(config: dict[str, Any]) -> list[str]:
+    """Leaf field paths of a resolved config: section.field, nested tables recursed,
+    arrays and free-form maps (env, native options) kept whole."""
+    from compiler.spec import SECTIONS
+
+    out: list[str] = []
+    for key, value in config.items():
+        if key in SECTIONS and isinstance(value, dict):
+            _walk_model(SECTIONS[key], value, key, out)
+        elif key in ("judges", "rubrics") and isinstance(value, dict):
+            for name, body in value.items():
+                for f in body:
+                    out.append(f"{key}.{name}.{f}")
+        elif key == "judging" and isinstance(value, dict):
+            for verifier, body in value.get("bindings", {}).items():
+                for f in body:
+                    out.append(f"judging.bindings.{verifier}.{f}")
+        else:
+            out.append(key)
+    return out
+
+
+def _walk_model(model: Any, value: dict[str, Any], prefix: str, out: list[str]) -> None:
+    from pydantic import BaseModel
+
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value.get(key), dict):
+            _walk_model(ann, value[key], f"{prefix}.{key}", out)
+        else:
+            out.append(f"{prefix}.{key}")
+
+
+def _join(base_dir: str, p: str | None) -> str | None:
+    if p is None or p.startswith("builtin:"):
+        return p
+    if posixpath.isabs(p) or os.path.isabs(p):
+        return posixpath.normpath(p)
+    return posixpath.normpath(posixpath.join(base_dir or ".", p))
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+class _Resolver:
+    def __init__(self, bound: Bound, spec_path: str, lock: dict[str, Any]):
+        self.bound = bound
+        self.spec_dir = posixpath.dirname(spec_path.replace(os.sep, "/"))
+        self.lock = lock
+        self.config: dict[str, Any] = bound.spec.model_dump(by_alias=True, mode="json")
+        self.prov: dict[str, Provenance] = {}
+        self.explicit: set[str] = set()
+        self.spans: dict[str, Span] = {}
+
+    # -- provenance --------------------------------------------------------------------
+    def record_sources(self) -> None:
+        aliases: dict[str, str] = {}
+        for layer in self.bound.layers:
+            aliases.update(layer.aliases)
+        for path in field_paths(self.config):
+            parts = tuple(int(p) if p.isdigit() else p for p in path.split("."))
+            found = self.bound.writer(parts)
+            if found is None:
+                self.prov[path] = Provenance("default")
+                continue
+            layer, entry = found
+            self.explicit.add(path)
+            self.spans[path] = entry.value.span
+            alias = layer.aliases.get(path)
+            if layer.kind == "recipe":
+                self.prov[path] = Provenance(
+                    "recipe", entry.value.span, recipe=layer.recipe, alias_of=alias
+                )
+            else:
+                self.prov[path] = Provenance(span_kind(entry.value.span), entry.value.span, alias_of=alias)
+
+    def value(self, path: str) -> Any:
+        node: Any = self.config
+        for part in path.split("."):
+            node = node[part]
+        return node
+
+    def put(self, path: str, value: Any) -> None:
+        node: Any = self.config
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node[part]
+        node[parts[-1]] = value
+
+    def derive(self, path: str, value: Any, formula: str, inputs: tuple[str, ...]) -> None:
+        """Fill ``path`` unless the user set it."""
+        if path in self.explicit or self.value(path) is not None:
+            return
+        self.put(path, value)
+        self.prov[path] = Provenance("derived", formula=formula, inputs=inputs)
+
+    def note(self, path: str, text: str) -> None:
+        old = self.prov.get(path)
+        if old is not None:
+            self.prov[path] = Provenance(
+                old.kind, old.span, old.recipe, old.formula, old.inputs, old.alias_of, (*old.notes, text)
+            )
+
+    # -- resolution --------------------------------------------------------------------
+    def paths(self) -> None:
+        c = self.config
+        rel = f"relative paths resolve against the spec directory ({self.spec_dir or '.'})"
+        for path in ("model.source", "model.hf_template", "output.root", "data.prompt_data",
+                     "data.reward_config", "data.manifest"):
+            before = self.value(path)
+            after = _join(self.spec_dir, before)
+            if after != before:
+                self.put(path, after)
+                self.note(path, rel)
+        for i, task in enumerate(c["data"]["tasks"] or []):
+            task["path"] = _join(self.spec_dir, task["path"])
+        for ev in c["data"]["eval"]:
+            ev["path"] = _join(self.spec_dir, ev["path"])
+
+    def run(self) -> Resolved:
+        from compiler.spec.compiler_cache import DEFAULT_SHARED_ROOT
+        from compiler.spec.model import BUILTIN_MODELS
+
+        self.record_sources()
+        self.paths()
+        c = self.config
+        m, tr, inf, opt, asy = c["model"], c["trainer"], c["inference"], c["optimizer"], c["async"]
+        builtin = m["source"].startswith("builtin:")
+        info = BUILTIN_MODELS.get(m["source"].removeprefix("builtin:"), {}) if builtin else {}
+
+        self.derive("model.format", "builtin" if builtin else "hf",
+                    "'builtin' if model.source starts with 'builtin:' else 'hf'", ("model.source",))
+        self.derive("model.architecture", info.get("architecture", "dense"),
+                    "the builtin model's architecture, else 'dense'", ("model.source",))
+        if info:
+            self.derive("model.num_params", info["params"], "the builtin model's size", ("model.source",))
+        gpu = tr["gpus"] > 0
+        self.derive("trainer.device", "cuda" if gpu else "cpu",
+                    "'cuda' if trainer.gpus > 0 else 'cpu'", ("trainer.gpus",))
+        self.derive("model.dtype", "bfloat16" if gpu else "float32",
+                    "'bfloat16' on GPU, 'float32' on CPU", ("trainer.gpus",))
+        self.derive("trainer.attention_backend", "flash" if gpu else "sdpa",
+                    "'flash' on GPU, 'sdpa' on CPU", ("trainer.gpus",))
+
+        on = asy["enabled"]
+        self.derive("async.max_policy_lag", 6 if on else 0, "6 if async.enabled else 0", ("async.enabled",))
+        self.derive("async.off_policy_correction",
+                    "tis" if on and not opt["use_rollout_logprobs"] else "none",
+                    "'tis' if async.enabled and not optimizer.use_rollout_logprobs else 'none'",
+                    ("async.enabled", "optimizer.use_rollout_logprobs"))
+        self.derive("inference.placement", "disaggregated" if on else "colocated",
+                    "'disaggregated' if async.enabled else 'colocated'", ("async.enabled",))
+        colocated = inf["placement"] == "colocated"
+        world_gpus = tr["nodes"] * tr["gpus"]
+        if colocated:
+            self.derive("inference.gpus", world_gpus, "trainer.nodes * trainer.gpus (colocated)",
+                        ("trainer.nodes", "trainer.gpus", "inference.placement"))
+        else:
+            self.derive("inference.gpus", 1 if gpu else 0,
+                        "1 if trainer.gpus > 0 else 0 (disaggregated)", ("trainer.gpus", "inference.placement"))
+        if inf["gpus"] > 0:
+            self.derive("inference.num_engines", max(inf["gpus"] // inf["tensor_parallel"], 1),
+                        "inference.gpus // inference.tensor_parallel",
+                        ("inference.gpus", "inference.tensor_parallel"))
+        else:
+            self.derive("inference.num_engines", 1, "1 CPU engine when inference.gpus = 0", ("inference.gpus",))
+
+        P, S = inf["prompts_per_collection"], inf["samples_per_prompt"]
+        self.derive("inference.global_batch_size", P * S,
+                    "inference.prompts_per_collection * inference.samples_per_prompt",
+                    ("inference.prompts_per_collection", "inference.samples_per_prompt"))
+        G = inf["global_batch_size"]
+        self.derive("optimizer.steps_per_collection", max((P * S) // G, 1),
+                    "prompts_per_collection * samples_per_prompt // global_batch_size",
+                    ("inference.prompts_per_collection", "inference.samples_per_prompt",
+                     "inference.global_batch_size"))
+        ctx = inf["max_context_length"]
+        self.derive("inference.max_response_length", min(4096, ctx // 2),
+                    "min(4096, inference.max_context_length // 2)", ("inference.max_context_length",))
+        self.derive("inference.max_prompt_length", ctx - inf["max_response_length"],
+                    "inference.max_context_length - inference.max_response_length",
+                    ("inference.max_context_length", "inference.max_response_length"))
+        self.derive("inference.max_total_tokens", max(524288, inf["max_running_requests"] * ctx),
+                    "max(524288, inference.max_running_requests * inference.max_context_length)",
+                    ("inference.max_running_requests", "inference.max_context_length"))
+        self.derive("inference.mem_fraction_static", 0.4 if colocated else 0.6,
+                    "0.4 if colocated else 0.6", ("inference.placement",))
+        self.derive("inference.seed", c["data"]["seed"], "data.seed", ("data.seed",))
+        self.derive("runtime.seed", c["data"]["seed"], "data.seed", ("data.seed",))
+        if tr["sequence_packing"]:
+            self.derive("trainer.packing_max_tokens", ctx, "inference.max_context_length (packing)",
+                        ("trainer.sequence_packing", "inference.max_context_length"))
+        steps = opt["steps_per_collection"]
+        self.derive("optimizer.scoring_pass", bool(steps != 1 or opt["kl_coef"] > 0),
+                    "optimizer.steps_per_collection != 1 or optimizer.kl_coef > 0",
+                    ("optimizer.steps_per_collection", "optimizer.kl_coef"))
+        if c["training"]["save_checkpoints"]:
+            self.derive("checkpoint.interval", c["training"]["num_rollouts"],
+                        "training.num_rollouts (save at the end)", ("training.save_checkpoints", "training.num_rollouts"))
+        self.derive("checkpoint.export_hf_final", c["output"]["export_hf"], "output.export_hf", ("output.export_hf",))
+
+        data = c["data"]
+        for task in data["tasks"] or []:
+            if task["prompt_wrapper"] is None:
+                task["prompt_wrapper"] = data["prompt_wrapper"]
+        has_eval = bool(data["eval"]) or any(t.get("eval_count") for t in data["tasks"] or [])
+        ev = c["evaluation"]
+        shared = ev["mode"] == "shared"
+        if shared and has_eval:
+            self.derive("training.eval_interval", 20, "20 with held-out data (shared evaluation)",
+                        ("data.tasks", "data.eval", "evaluation.mode"))
+        self.derive("training.skip_eval_before_train", not (shared and has_eval),
+                    "false with shared held-out evaluation, else true",
+                    ("evaluation.mode", "data.tasks", "data.eval"))
+        self.derive("evaluation.max_response_length", inf["max_response_length"],
+                    "inference.max_response_length", ("inference.max_response_length",))
+        if not shared:
+            self.derive("evaluation.interval", 20, "20 (background mode)", ("evaluation.mode",))
+        for key in ("cluster", "workspace", "budget"):
+            self.derive(f"evaluation.{key}", c["launch"][key], f"launch.{key}", (f"launch.{key}",))
+
+        root = c["output"]["root"]
+        self.derive("tracking.metrics_path", posixpath.join(root, "metrics.jsonl"),
+                    "<output.root>/metrics.jsonl", ("output.root",))
+        self.derive("tracking.wandb_run_name", c["name"], "name", ("name",))
+        image = (self.lock.get("image") or {}).get("beaker")
+        self.derive("launch.image", image, "runtime lock image.beaker", ())
+        if gpu:
+            self.derive("compiler_cache.shared_root", DEFAULT_SHARED_ROOT, "default shared root on GPU runs",
+                        ("trainer.gpus",))
+
+        engines = inf["num_engines"]
+        slots = min(inf["server_concurrency"], inf["max_running_requests"])
+        if on:
+            target = max(P * S, 2 * engines * slots)
+            self.derive("async.producer_budget", math.ceil(target / S) * S,
+                        "ceil(max(P*S, 2*engines*min(server_concurrency, max_running_requests)) / S) * S",
+                        ("inference.prompts_per_collection", "inference.samples_per_prompt",
+                         "inference.num_engines", "inference.server_concurrency",
+                         "inference.max_running_requests"))
+        else:
+            self.derive("async.producer_budget", P * S, "P*S (synchronous: one collection in flight)",
+                        ("inference.prompts_per_collection", "inference.samples_per_prompt"))
+
+        facts, fact_spans = self.facts(has_eval)
+        plan = self.plan(info, facts)
+        placement = plan["placement"]
+        self.derive("launch.gpus_per_replica", placement["gpus_per_replica"],
+                    "the placement's GPUs per replica", ("trainer.nodes", "trainer.gpus", "inference.gpus"))
+        paths = {
+            "root": root,
+            "checkpoints": posixpath.join(root, "checkpoints"),
+            "metrics": c["tracking"]["metrics_path"],
+            "rollouts": posixpath.join(root, "rollouts"),
+            "export_hf": posixpath.join(root, "export-hf"),
+            "engine_weights": posixpath.join(root, "publish"),
+            "prepared": posixpath.join(root, "prepared"),
+            "eval_snapshots": posixpath.join(root, "eval-snapshots"),
+        }
+        return Resolved(c, self.prov, plan, paths, facts, fact_spans, self.explicit, self.spans)
+
+    # -- facts the rules read (aggregates the rule language cannot compute) -------------
+    def facts(self, has_eval: bool) -> tuple[dict[str, Any], dict[str, Span]]:
+        c = self.config
+        spans: dict[str, Span] = {}
+        launch = c["launch"]
+        mounts = [m["mount_path"] for m in launch["weka_mounts"]]
+        scan = {k: v for k, v in c.items() if k not in ("launch", "compiler_cache")}
+        scan["launch"] = {k: v for k, v in launch.items() if k != "weka_mounts"}
+        weka = sorted({s for s in _strings(scan) if s.startswith("/weka/")})
+        overlap = sorted(set(launch["env"]) & set(launch["secrets"]))
+        if overlap:
+            self._fact_span(spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True)
+        for p in weka:
+            span = self._find_string_span(p)
+            if span is not None:
+                spans.setdefault("facts.weka_paths", span)
+        judges = c["judges"]
+        bindings = c["judging"]["bindings"]
+        unknown_j = sorted({b["judge"] for b in bindings.values()} - set(judges))
+        unknown_r = sorted({b["rubric"] for b in bindings.values()} - set(c["rubrics"]))
+        for verifier, b in bindings.items():
+            if b["judge"] in unknown_j:
+                self._fact_span(spans, "facts.unknown_binding_judges", ("judging", "bindings", verifier, "judge"))
+            if b["rubric"] in unknown_r:
+                self._fact_span(spans, "facts.unknown_binding_rubrics", ("judging", "bindings", verifier, "rubric"))
+        bound = sorted({b["judge"] for b in bindings.values()} & set(judges))
+        managed = {n: j["gpus"] for n, j in judges.items() if j["mode"] == "managed" and n in bound}
+        over = []
+        for verifier, b in bindings.items():
+            j, r = judges.get(b["judge"]), c["rubrics"].get(b["rubric"])
+            if j and r and r["max_response_tokens"] >= j["max_context_length"]:
+                over.append(verifier)
+                self._fact_span(spans, "facts.rubric_over_context", ("rubrics", b["rubric"], "max_response_tokens"))
+        yarn = [n for n, j in judges.items() if j["mode"] == "managed" and j["context_extension"] == "qwen3-yarn-128k"
+                and (j["model"] != "Qwen/Qwen3-32B" or j["max_context_length"] > 131072)]
+        for n in yarn:
+            self._fact_span(spans, "facts.yarn_misuse", ("judges", n, "context_extension"))
+        widest = max(managed.values(), default=0)
+        for n, g in managed.items():
+            if g == widest:
+                self._fact_span(spans, "facts.managed_judge_max_gpus", ("judges", n, "gpus"))
+        if judges:
+            self._fact_span(spans, "facts.judge_names", ("judges", sorted(judges)[0]), key=True)
+        tasks = [t["task"] for t in c["data"]["tasks"] or []]
+        dup = sorted({t for t in tasks if tasks.count(t) > 1})
+        if dup:
+            idx = [i for i, t in enumerate(tasks) if t == dup[0]][1]
+            self._fact_span(spans, "facts.duplicate_tasks", ("data", "tasks", idx, "task"))
+        ev = c["evaluation"]
+        background_fields = [k for k in ("image", "revision") if ev[k] is not None]
+        if ev["tasks"]:
+            background_fields.append("tasks")
+        shared_eval_sources = []
+        for i, t in enumerate(c["data"]["tasks"] or []):
+            if t.get("eval_count"):
+                shared_eval_sources.append(f"data.tasks[{i}].eval_count")
+                self._fact_span(spans, "facts.shared_eval_sources", ("data", "tasks", i, "eval_count"))
+        if c["data"]["eval"]:
+            shared_eval_sources.append("data.eval")
+            self._fact_span(spans, "facts.shared_eval_sources", ("data", "eval"))
+        reserved = {"--model", "--model-path", "--tokenizer-path", "--port", "--host", "--tp", "--tp-size"}
+        bad_args = [a for a in ev["server_args"] if a.split("=", 1)[0] in reserved]
+        if bad_args:
+            self._fact_span(spans, "facts.eval_reserved_server_args", ("evaluation", "server_args"))
+        return (
+            {
+                "weka_paths": weka,
+                "weka_mount_paths": mounts,
+                "env_secret_overlap": overlap,
+                "has_eval_data": has_eval,
+                "shared_eval_sources": shared_eval_sources,
+                "judge_names": sorted(judges),
+                "bound_judges": bound,
+                "unknown_binding_judges": unknown_j,
+                "unknown_binding_rubrics": unknown_r,
+                "managed_judge_max_gpus": widest,
+                "managed_judge_gpus": sum(managed.values()),
+                "rubric_over_context": over,
+                "yarn_misuse": yarn,
+                "duplicate_tasks": dup,
+                "background_only_fields": background_fields,
+                "eval_reserved_server_args": bad_args,
+                "builtin_model": c["model"]["source"].startswith("builtin:"),
+            },
+            spans,
+        )
+
+    def _fact_span(self, spans: dict[str, Span], fact: str, path: tuple[Any, ...], key: bool = False) -> None:
+        found = self.bound.writer(path) or self.bound.locate(path)
+        if found is not None and fact not in spans:
+            spans[fact] = found[1].key_span if key else found[1].value.span
+
+    def _find_string_span(self, value: str) -> Span | None:
+        for layer in reversed(self.bound.layers):
+            for _path, entry in layer.doc.leaves():
+                node = entry.value
+                items = getattr(node, "items", None)
+                if getattr(node, "value", None) == value:
+                    return node.span
+                if items:
+                    for it in items:
+                        if getattr(it, "value", None) == value:
+                            return it.span
+        return None
+
+    # -- the plan ---------------------------------------------------------------------
+    def plan(self, info: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+        from compiler.placement import PlacementInput, place
+
+        c = self.config
+        tr, inf, opt, asy, launch = c["trainer"], c["inference"], c["optimizer"], c["async"], c["launch"]
+        judges = tuple(
+            (n, c["judges"][n]["gpus"]) for n in facts["bound_judges"] if c["judges"][n]["mode"] == "managed"
+        )
+        explicit_gpr = launch["gpus_per_replica"] if "launch.gpus_per_replica" in self.explicit else None
+        placement = place(
+            PlacementInput(
+                trainer_nodes=tr["nodes"],
+                trainer_gpus=tr["gpus"],
+                cpu_processes=tr["cpu_processes"],
+                inference_gpus=inf["gpus"],
+                tensor_parallel=inf["tensor_parallel"],
+                num_engines=inf["num_engines"],
+                colocated=inf["placement"] == "colocated",
+                router=inf["router"],
+                judges=judges,
+                gpus_per_replica=explicit_gpr,
+            )
+        )
+        P, S, G = inf["prompts_per_collection"], inf["samples_per_prompt"], inf["global_batch_size"]
+        world = placement["trainer"]["world_size"]
+        steps = opt["steps_per_collection"]
+        batch = {
+            "prompts_per_collection": P,
+            "samples_per_prompt": S,
+            "samples_per_collection": P * S,
+            "global_batch_size": G,
+            "optimizer_steps_per_collection": steps,
+            "total_optimizer_steps": c["training"]["num_rollouts"] * steps,
+            "trainer_world_size": world,
+            "samples_per_rank_per_step": G // world if world else None,
+            "micro_batch_size": tr["micro_batch_size"],
+        }
+        lengths = {
+            "max_context_length": inf["max_context_length"],
+            "max_prompt_length": inf["max_prompt_length"],
+            "max_response_length": inf["max_response_length"],
+            "packing_max_tokens": tr["packing_max_tokens"],
+            "eval_max_response_length": c["evaluation"]["max_response_length"],
+            "token_pool": inf["max_total_tokens"],
+            "full_context_slots_per_engine": inf["max_total_tokens"] // inf["max_context_length"],
+        }
+        engines = inf["num_engines"]
+        slots = min(inf["server_concurrency"], inf["max_running_requests"])
+        budget = asy["producer_budget"]
+        groups = max(budget // S, 1)
+        buffer_groups = math.floor(asy["buffer_factor"] * P)
+        asy_plan = {
+            "enabled": asy["enabled"],
+            "engines": engines,
+            "global_http_slots": engines * inf["server_concurrency"],
+            "requested_engine_slots": engines * inf["max_running_requests"],
+            "usable_slots": engines * slots,
+            "producer_sample_budget": budget,
+            "producer_group_budget": groups,
+            "producer_budget_whole_groups": budget % S == 0,
+            "completed_buffer_groups": buffer_groups,
+            "completed_buffer_samples": buffer_groups * S,
+            "max_policy_lag": asy["max_policy_lag"],
+            "lag_window_samples": (asy["max_policy_lag"] + 1) * G,
+            "submission_granularity": asy["submission_granularity"],
+            "publication_mode": asy["publication_mode"],
+            "off_policy_correction": asy["off_policy_correction"],
+        }
+        scoring = {
+            "standalone": opt["scoring_pass"],
+            "reason": (
+                "steps_per_collection != 1" if steps != 1 else "kl_coef > 0" if opt["kl_coef"] > 0
+                else "explicit" if opt["scoring_pass"] else "skipped: old logprobs come from the training forward"
+            ),
+            "check_interval": opt["scoring_check_interval"],
+            "check_tolerance": opt["scoring_check_tolerance"],
+        }
+        ev = c["evaluation"]
+        milestones: list[int] = []
+        if ev["mode"] == "background":
+            total = batch["total_optimizer_steps"]
+            ms = {0} if ev["initial"] else set()
+            intervals = [t["interval"] or ev["interval"] for t in ev["tasks"]] or [ev["interval"]]
+            for iv in intervals:
+                ms.update(range(iv, total + 1, iv))
+            if ev["final"]:
+                ms.add(total)
+            milestones = sorted(ms)
+        evaluation = {
+            "mode": ev["mode"],
+            "interval": c["training"]["eval_interval"] if ev["mode"] == "shared" else ev["interval"],
+            "milestones": milestones,
+            "has_eval_data": facts["has_eval_data"],
+        }
+        return {
+            "placement": placement,
+            "batch": batch,
+            "lengths": lengths,
+            "async": asy_plan,
+            "scoring_pass": scoring,
+            "evaluation": evaluation,
+            "memory": _memory(c, info, placement),
+        }
+
+
+def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+    """A coarse memory estimate (GiB): weights + grads + Adam states sharded over the trainer
+    world, activations of one packed row, engine weights + KV pool."""
+    params = c["model"]["num_params"]
+    gib = 1024**3
+    out: dict[str, Any] = {
+        "known": params is not None,
+        "gpu_memory_gib": c["launch"]["gpu_memory_gib"],
+        "trainer_gib_per_gpu": None,
+        "engine_gib_per_gpu": None,
+        "colocated_gib_per_gpu": None,
+        "engine_budget_gib": None,
+        "formula": "trainer = params*16B/world + layers*hidden*tokens*2B*(4 if recompute else 16); "
+        "engine = params*2B/tp + pool*layers*2*kv_heads*head_dim*2B/tp",
+    }
+    if params is None:
+        return out
+    tr, inf = c["trainer"], c["inference"]
+    world = max(placement["trainer"]["world_size"], 1)
+    tokens = tr["packing_max_tokens"] or inf["max_context_length"]
+    layers = int(info.get("layers", 0))
+    hidden = int(info.get("hidden", 0))
+    act = layers * hidden * tokens * 2 * (4 if tr["activation_recompute"] else 16)
+    trainer = (params * 16 / world + act) / gib
+    tp = max(inf["tensor_parallel"], 1)
+    kv_per_token = layers * 2 * int(info.get("kv_heads", 0)) * int(info.get("head_dim", 0)) * 2
+    engine = (params * 2 + inf["max_total_tokens"] * kv_per_token) / tp / gib
+    out["trainer_gib_per_gpu"] = round(trainer, 3)
+    out["engine_gib_per_gpu"] = round(engine, 3) if kv_per_token else None
+    out["colocated_gib_per_gpu"] = round(trainer + engine, 3) if inf["placement"] == "colocated" else None
+    out["engine_budget_gib"] = round(inf["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3)
+    return out
+
+
+def resolve(bound: Bound, spec_path: str, lock: dict[str, Any] | None = None) -> Resolved:
+    if lock is None:
+        from compiler.resources import runtime_lock_path
+
+        lock = json.loads(runtime_lock_path().read_text())
+    return _Resolver(bound, spec_path, lock).run()
+
+
+__all__ = ["Resolved", "dotted", "field_paths", "resolve"]

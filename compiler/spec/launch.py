@@ -1,0 +1,101 @@
+"""[launch]: the Beaker submission."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from compiler.spec._base import Section, fld
+
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+SecretName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+Duration = Annotated[str, StringConstraints(pattern=r"^(0|[0-9]+(\.[0-9]+)?(s|m|h|d)([0-9]+(s|m|h))*)$")]
+
+# Names the launcher and runtime own; a spec may not set them.
+RESERVED_ENV = frozenset(
+    {
+        "RLC_REPLICA_RANK",
+        "RLC_REPLICA_COUNT",
+        "RLC_LAUNCH_ID",
+        "RLC_MANIFEST",
+        "BEAKER_REPLICA_RANK",
+        "BEAKER_REPLICA_COUNT",
+        "PYTHONPATH",
+        "CUDA_VISIBLE_DEVICES",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+# Suffixes that mark a credential; such variables belong in launch.secrets.
+CREDENTIAL_SUFFIXES = (
+    "_TOKEN",
+    "_API_KEY",
+    "_APIKEY",
+    "_SECRET",
+    "_SECRET_KEY",
+    "_PASSWORD",
+    "_PRIVATE_KEY",
+    "_ACCESS_KEY",
+    "_CREDENTIALS",
+)
+
+
+class WekaMount(Section):
+    weka: str = fld(description="WEKA filesystem (bucket) name", min_length=1)
+    mount_path: str = fld(
+        description="absolute mount point", pattern=r"^/[^/].*$"
+    )
+
+
+class Coordination(Section):
+    startup_timeout: int = fld(1200, description="multi-node coordinated startup wait (s)", ge=1)
+    heartbeat_timeout: int = fld(120, description="replica heartbeat expiry (s)", ge=1)
+
+
+class LaunchSection(Section):
+    workspace: str = fld("ai2/open-instruct-dev", description="Beaker workspace", min_length=1)
+    budget: str = fld("ai2/oe-other", description="Beaker budget", min_length=1)
+    cluster: str = fld("ai2/holmes", description="Beaker GPU cluster", min_length=1)
+    priority: Literal["low", "normal", "high", "urgent"] = fld(
+        "normal", description="Beaker job priority"
+    )
+    min_runtime: Duration = fld("0s", description="Beaker protected minimum runtime (e.g. 1h)")
+    timeout: Duration = fld("3h", description="Beaker task timeout (0 = none)")
+    auto_resume: bool = fld(True, description="let Beaker restart the job; it resumes from the newest checkpoint")
+    max_retries: int = fld(-1, description="restarts allowed (-1: no cap)", ge=-1)
+    gpus_per_replica: int | None = fld(
+        None,
+        description="physical GPUs per Beaker replica (node)",
+        derived="8 when more than one node is needed, else the GPUs the run uses (at least 1)",
+        ge=1,
+        le=8,
+    )
+    gpu_memory_gib: float = fld(
+        80.0, description="memory per GPU, for the plan's memory-fit warning", gt=0.0
+    )
+    shared_memory: str = fld("200GiB", description="Beaker shared memory size", min_length=1)
+    weka_mounts: list[WekaMount] = Field(
+        default=[{"weka": "oe-training-default", "mount_path": "/weka/oe-training-default"}],
+        validate_default=True,
+        description="WEKA mounts; every /weka/... path in the spec must lie under one",
+    )
+    env: dict[EnvName, str] = Field(
+        default={}, description="non-secret environment variables for every task"
+    )
+    secrets: dict[EnvName, SecretName] = Field(
+        default={},
+        description="environment variable -> Beaker secret NAME (never the secret value)",
+    )
+    image: str | None = fld(
+        None,
+        description="Beaker image for the job",
+        derived="the runtime lock's image.beaker",
+    )
+    coordination: Coordination = Field(
+        default={}, validate_default=True, description="multi-node coordination timeouts"
+    )

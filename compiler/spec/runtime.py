@@ -1,0 +1,22 @@
+"""[runtime]: connection, retry and audit settings of the runtime."""
+
+from __future__ import annotations
+
+from compiler.spec._base import Section, fld
+
+
+class RuntimeSection(Section):
+    health_timeout_s: float = fld(5.0, description="timeout of one health probe", gt=0.0)
+    generate_timeout_s: float = fld(600.0, description="timeout of one generation request", gt=0.0)
+    http_retries: int = fld(3, description="retries of a failed HTTP request", ge=0)
+    retry_backoff_s: float = fld(0.5, description="first retry backoff (doubles)", ge=0.0)
+    group_retries: int = fld(2, description="whole-group retries of failed generations", ge=0)
+    startup_timeout_s: int = fld(300, description="seconds for engines and router to come up", ge=1)
+    weight_audit: bool = fld(True, description="compare engine and trainer weight checksums at start")
+    max_logprob_mismatch: float | None = fld(
+        None,
+        description="fail if the mean trainer/engine logprob gap exceeds this",
+        aliases=("runtime.max_train_rollout_logprob_abs_diff",),
+        ge=0.0,
+    )
+    seed: int | None = fld(None, description="trainer seed", derived="data.seed", ge=0)

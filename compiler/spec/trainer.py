@@ -1,0 +1,82 @@
+"""[trainer]: the OLMo-core trainer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from compiler.spec._base import Section, fld
+
+
+class TrainerSection(Section):
+    nodes: int = fld(1, description="trainer nodes", aliases=("trainer.trainer_num_nodes",), ge=1)
+    gpus: int = fld(
+        0,
+        description="trainer GPUs per node (0: train on CPU)",
+        aliases=("trainer.num_gpus",),
+        ge=0,
+        le=8,
+    )
+    cpu_processes: int = fld(
+        1, description="trainer processes (gloo ranks) when gpus = 0", ge=1, le=16
+    )
+    device: Literal["cpu", "cuda"] | None = fld(
+        None, description="trainer device", derived="'cuda' if trainer.gpus > 0 else 'cpu'"
+    )
+    expert_parallel: int = fld(
+        1,
+        description="expert-parallel degree (MoE); must divide the trainer world",
+        aliases=("trainer.expert_parallel_size",),
+        ge=1,
+    )
+    tensor_parallel: int = fld(1, description="trainer tensor parallelism (only 1)", ge=1)
+    pipeline_parallel: int = fld(1, description="trainer pipeline parallelism (only 1)", ge=1)
+    context_parallel: int = fld(1, description="trainer context parallelism (only 1)", ge=1)
+    micro_batch_size: int = fld(
+        1,
+        description="samples per micro-batch (only 1: one packed row of whole samples)",
+        ge=1,
+    )
+    dynamic_batching: bool = fld(False, description="dynamic batch sizing (not supported)")
+    activation_recompute: bool = fld(
+        True, description="recompute activations in backward (saves memory)"
+    )
+    attention_backend: Literal["sdpa", "flash", "torch"] | None = fld(
+        None,
+        description="attention kernel",
+        note="sdpa: torch SDPA with document masks; flash: flash-attention varlen (GPU); "
+        "torch: plain attention without document isolation",
+        derived="'flash' on GPU, 'sdpa' on CPU",
+    )
+    sequence_packing: bool = fld(
+        False, description="pack whole samples into rows with document-isolated attention"
+    )
+    packing_max_tokens: int | None = fld(
+        None,
+        description="tokens per packed row",
+        derived="inference.max_context_length when packing",
+        ge=1,
+    )
+    row_specialization: Literal["static", "dynamic"] = fld(
+        "dynamic", description="SwiGLU row specialization"
+    )
+    fp32_lm_head: bool = fld(False, description="compute the LM head in float32")
+    router_aux_loss_coef: float = fld(
+        0.0,
+        description="MoE load-balancing loss weight",
+        aliases=("trainer.router_aux_loss_weight",),
+        ge=0.0,
+    )
+    router_z_loss_coef: float = fld(
+        0.0, description="MoE router z-loss weight", aliases=("trainer.router_z_loss_weight",), ge=0.0
+    )
+    router_aux_loss_reduction: Literal["token", "response"] = fld(
+        "token", description="how the aux loss averages"
+    )
+    router_z_loss_reduction: Literal["token", "response"] = fld(
+        "token", description="how the z-loss averages"
+    )
+    router_replay: bool = fld(
+        False,
+        description="replay the experts recorded at rollout in the trainer forward (MoE)",
+        aliases=("trainer.use_rollout_routing_replay",),
+    )

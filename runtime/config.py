@@ -1,0 +1,415 @@
+"""Typed view of a compiled manifest: the ONE place the runtime reads `config` and `plan`.
+
+The compiler owns the manifest schema; when it moves a field, only this module changes.
+Every accessor tolerates a missing field by falling back to the documented default, so
+an older manifest still runs, but unknown *values* (a misspelt placement, a negative
+count) are refused here with a clear message rather than deep inside the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """The manifest's config/plan cannot be carried out by this runtime."""
+
+
+def _sec(config: dict[str, Any], name: str) -> dict[str, Any]:
+    value = config.get(name) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"config.{name} must be a table, got {type(value).__name__}")
+    return value
+
+
+def _get(sec: dict[str, Any], key: str, default: Any) -> Any:
+    value = sec.get(key, default)
+    return default if value is None and default is not None else value
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    task: str
+    path: str | None = None
+    train_count: int | None = None
+    eval_count: int | None = None
+    prompt_wrapper: str = "default"
+    weight: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    source: str = "builtin:tiny"
+    format: str = "builtin"
+    architecture: str = "dense"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    tasks: tuple[TaskConfig, ...] = ()
+    seed: int = 17
+    shuffle: bool = True
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    num_rollouts: int = 100
+    save_checkpoints: bool = False
+    filter_zero_std_groups: bool = False
+    max_refill_rounds: int = 2
+    max_run_seconds: int | None = None
+    eval_interval: int | None = None
+    algorithm: str = "grpo"
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    nodes: int = 1
+    gpus: int = 0
+    device: str = "cpu"
+    micro_batch_size: int = 1
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    engine: str = "embedded"
+    placement: str = "colocated"
+    num_engines: int = 1
+    prompts_per_collection: int = 8
+    samples_per_prompt: int = 8
+    max_context_length: int = 6144
+    max_response_length: int = 4096
+    max_prompt_length: int = 2048
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_running_requests: int = 64
+    router_policy: str = "cache_aware"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.prompts_per_collection * self.samples_per_prompt
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float = 1e-6
+    steps_per_collection: int = 1
+    eps_clip: float = 0.2
+    eps_clip_high: float = 0.28
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    normalize_std: bool = False
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    enabled: bool = False
+    max_policy_lag: int = 1
+    off_policy_correction: str = "tis"
+    tis_clip: float = 2.0
+    buffer_factor: int = 2
+    unused_sample_handler: str = "drop"
+    publication_mode: str = "barrier"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    interval: int | None = None
+    keep_last: int = 1
+    keep_every: int | None = None
+    resume: str = "auto"
+    export_hf_final: bool = False
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    health_timeout_s: float = 5.0
+    generate_timeout_s: float = 120.0
+    http_retries: int = 3
+    retry_backoff_s: float = 0.5
+    group_retries: int = 2
+    startup_timeout_s: float = 300.0
+    weight_audit: bool = True
+    max_logprob_mismatch: float | None = None
+    seed: int = 17
+    publish_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    id: int
+    node: int
+    port: int
+    gpus: tuple[int, ...] = ()
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    num_nodes: int
+    engines: tuple[EnginePlacement, ...]
+    router_node: int | None
+    router_port: int | None
+    trainer_nodes: tuple[int, ...]
+    gpus_per_node: int
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+    checkpoints: Path
+    metrics: Path
+    rollouts: Path
+    export_hf: Path
+    engine_weights: Path
+
+    def ensure(self) -> None:
+        for p in (self.root, self.checkpoints, self.rollouts, self.engine_weights):
+            p.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything the runtime needs, typed; built by `from_manifest`."""
+
+    name: str
+    digest: str
+    model: ModelConfig
+    data: DataConfig
+    training: TrainingConfig
+    trainer: TrainerConfig
+    inference: InferenceConfig
+    optimizer: OptimizerConfig
+    async_: AsyncConfig
+    checkpoint: CheckpointConfig
+    runtime: RuntimeSettings
+    placement: PlacementPlan
+    paths: Paths
+    rewards: dict[str, Any]
+    failure_policy: str
+    export_hf: bool
+    rollout_sample_rate: float
+    engine_argv: tuple[tuple[str, ...], ...]
+    router_argv: tuple[str, ...]
+    config: dict[str, Any]
+
+    @property
+    def samples_per_collection(self) -> int:
+        return self.inference.global_batch_size
+
+
+def _tasks(data: dict[str, Any]) -> tuple[TaskConfig, ...]:
+    out = []
+    known = {"task", "path", "train_count", "eval_count", "prompt_wrapper", "weight"}
+    for i, t in enumerate(data.get("tasks") or []):
+        if not isinstance(t, dict) or "task" not in t:
+            raise ConfigError(f"config.data.tasks[{i}] must be a table with a 'task' name")
+        out.append(
+            TaskConfig(
+                task=str(t["task"]),
+                path=t.get("path"),
+                train_count=t.get("train_count"),
+                eval_count=t.get("eval_count"),
+                prompt_wrapper=str(t.get("prompt_wrapper") or "default"),
+                weight=float(t.get("weight", 1.0) or 1.0),
+                extra={k: v for k, v in t.items() if k not in known},
+            )
+        )
+    return tuple(out)
+
+
+def _placement(plan: dict[str, Any], inference: InferenceConfig) -> PlacementPlan:
+    pl = plan.get("placement") or {}
+    engines_raw = pl.get("engines")
+    if engines_raw is None:
+        engines_raw = [
+            {"id": i, "node": 0, "gpus": [], "port": 30000 + i}
+            for i in range(inference.num_engines)
+        ]
+    engines = tuple(
+        EnginePlacement(
+            id=int(e["id"]),
+            node=int(e.get("node", 0)),
+            port=int(e.get("port", 30000 + int(e["id"]))),
+            gpus=tuple(int(g) for g in e.get("gpus") or ()),
+            host=str(e.get("host") or "127.0.0.1"),
+        )
+        for e in engines_raw
+    )
+    if not engines:
+        raise ConfigError("plan.placement has no engines; a GRPO run needs at least one")
+    router = pl.get("router")
+    if router is None and len(engines) > 1:
+        router = {"node": 0, "port": 29000}
+    trainer = pl.get("trainer") or {"nodes": [0], "gpus_per_node": 0}
+    nodes = pl.get("nodes") or [{"node": 0}]
+    num_nodes = max(
+        [int(n.get("node", 0)) + 1 for n in nodes]
+        + [e.node + 1 for e in engines]
+        + [int(n) + 1 for n in trainer.get("nodes") or [0]]
+    )
+    return PlacementPlan(
+        num_nodes=num_nodes,
+        engines=engines,
+        router_node=None if router is None else int(router.get("node", 0)),
+        router_port=None if router is None else int(router.get("port", 29000)),
+        trainer_nodes=tuple(int(n) for n in trainer.get("nodes") or [0]),
+        gpus_per_node=int(trainer.get("gpus_per_node") or 0),
+        raw=pl,
+    )
+
+
+def _paths(manifest: dict[str, Any], output: dict[str, Any]) -> Paths:
+    p = manifest.get("paths") or {}
+    root = Path(p.get("root") or output.get("root") or f"runs/{manifest.get('name', 'run')}")
+    root = root.resolve()
+    def path(key: str, default: str) -> Path:
+        # compiled from a relative spec path, paths are relative to the working directory
+        return Path(p.get(key) or root / default).resolve()
+
+    return Paths(
+        root=root,
+        checkpoints=path("checkpoints", "checkpoints"),
+        metrics=path("metrics", "metrics.jsonl"),
+        rollouts=path("rollouts", "rollouts"),
+        export_hf=path("export_hf", "export-hf"),
+        engine_weights=path("engine_weights", "publish"),
+    )
+
+
+def from_manifest(manifest: dict[str, Any]) -> RunConfig:
+    """Map a verified manifest dict onto `RunConfig` (raises `ConfigError`)."""
+    config = manifest.get("config") or {}
+    plan = manifest.get("plan") or {}
+    model = _sec(config, "model")
+    data = _sec(config, "data")
+    output = _sec(config, "output")
+    training = _sec(config, "training")
+    trainer = _sec(config, "trainer")
+    inf = _sec(config, "inference")
+    opt = _sec(config, "optimizer")
+    asy = _sec(config, "async")
+    ckpt = _sec(config, "checkpoint")
+    rt = _sec(config, "runtime")
+    rewards = _sec(config, "rewards")
+
+    data_cfg = DataConfig(
+        tasks=_tasks(data),
+        seed=int(_get(data, "seed", 17)),
+        shuffle=bool(_get(data, "shuffle", True)),
+    )
+    if not data_cfg.tasks:
+        raise ConfigError("config.data.tasks is empty; nothing to train on")
+
+    ctx = int(_get(inf, "max_context_length", 6144))
+    resp = int(_get(inf, "max_response_length", min(4096, ctx // 2)))
+    inference = InferenceConfig(
+        engine=str(_get(inf, "engine", "embedded")),
+        placement=str(_get(inf, "placement", "colocated")),
+        num_engines=int(_get(inf, "num_engines", 1)),
+        prompts_per_collection=int(_get(inf, "prompts_per_collection", 8)),
+        samples_per_prompt=int(_get(inf, "samples_per_prompt", 8)),
+        max_context_length=ctx,
+        max_response_length=resp,
+        max_prompt_length=int(_get(inf, "max_prompt_length", ctx - resp)),
+        temperature=float(_get(inf, "temperature", 1.0)),
+        top_p=float(_get(inf, "top_p", 1.0)),
+        top_k=int(_get(inf, "top_k", -1)),
+        max_running_requests=int(_get(inf, "max_running_requests", 64)),
+        router_policy=str(_get(inf, "router_policy", "cache_aware")),
+        raw=inf,
+    )
+    if inference.prompts_per_collection < 1 or inference.samples_per_prompt < 1:
+        raise ConfigError("inference.prompts_per_collection and samples_per_prompt must be >= 1")
+
+    seed = int(_get(rt, "seed", data_cfg.seed))
+    mm = rt.get("max_logprob_mismatch")
+    runtime = RuntimeSettings(
+        health_timeout_s=float(_get(rt, "health_timeout_s", 5.0)),
+        generate_timeout_s=float(_get(rt, "generate_timeout_s", 120.0)),
+        http_retries=int(_get(rt, "http_retries", 3)),
+        retry_backoff_s=float(_get(rt, "retry_backoff_s", 0.5)),
+        group_retries=int(_get(rt, "group_retries", 2)),
+        startup_timeout_s=float(_get(rt, "startup_timeout_s", 300.0)),
+        weight_audit=bool(_get(rt, "weight_audit", True)),
+        max_logprob_mismatch=None if mm is None else float(mm),
+        seed=seed,
+        publish_timeout_s=float(_get(rt, "publish_timeout_s", 120.0)),
+    )
+    gpus = int(_get(trainer, "gpus", 0))
+    commands = manifest.get("commands") or {}
+    return RunConfig(
+        name=str(manifest.get("name", "run")),
+        digest=str(manifest.get("digest", "")),
+        model=ModelConfig(
+            source=str(_get(model, "source", "builtin:tiny")),
+            format=str(_get(model, "format", "builtin")),
+            architecture=str(_get(model, "architecture", "dense")),
+            dtype=str(_get(model, "dtype", "float32")),
+        ),
+        data=data_cfg,
+        training=TrainingConfig(
+            num_rollouts=int(_get(training, "num_rollouts", 100)),
+            save_checkpoints=bool(_get(training, "save_checkpoints", False)),
+            filter_zero_std_groups=bool(_get(training, "filter_zero_std_groups", False)),
+            max_refill_rounds=int(_get(training, "max_refill_rounds", 2)),
+            max_run_seconds=training.get("max_run_seconds"),
+            eval_interval=training.get("eval_interval"),
+            algorithm=str(_get(training, "algorithm", "grpo")),
+        ),
+        trainer=TrainerConfig(
+            nodes=int(_get(trainer, "nodes", 1)),
+            gpus=gpus,
+            device=str(_get(trainer, "device", "cuda" if gpus else "cpu")),
+            micro_batch_size=int(_get(trainer, "micro_batch_size", 1)),
+            raw=trainer,
+        ),
+        inference=inference,
+        optimizer=OptimizerConfig(
+            lr=float(_get(opt, "lr", 1e-6)),
+            steps_per_collection=max(1, int(_get(opt, "steps_per_collection", 1))),
+            eps_clip=float(_get(opt, "eps_clip", 0.2)),
+            eps_clip_high=float(_get(opt, "eps_clip_high", 0.28)),
+            kl_coef=float(_get(opt, "kl_coef", 0.0)),
+            entropy_coef=float(_get(opt, "entropy_coef", 0.0)),
+            normalize_std=bool(_get(opt, "normalize_std", False)),
+            raw=opt,
+        ),
+        async_=AsyncConfig(
+            enabled=bool(_get(asy, "enabled", False)),
+            max_policy_lag=int(_get(asy, "max_policy_lag", 1)),
+            off_policy_correction=str(_get(asy, "off_policy_correction", "tis")),
+            tis_clip=float(_get(asy, "tis_clip", 2.0)),
+            buffer_factor=max(1, int(_get(asy, "buffer_factor", 2))),
+            unused_sample_handler=str(_get(asy, "unused_sample_handler", "drop")),
+            publication_mode=str(_get(asy, "publication_mode", "barrier")),
+        ),
+        checkpoint=CheckpointConfig(
+            interval=ckpt.get("interval"),
+            keep_last=int(_get(ckpt, "keep_last", 1)),
+            keep_every=ckpt.get("keep_every"),
+            resume=str(_get(ckpt, "resume", "auto")),
+            export_hf_final=bool(_get(ckpt, "export_hf_final", False)),
+        ),
+        runtime=runtime,
+        placement=_placement(plan, inference),
+        paths=_paths(manifest, output),
+        rewards={k: v for k, v in rewards.items() if isinstance(v, dict)},
+        failure_policy=str(_get(rewards, "failure_policy", "zero")),
+        export_hf=bool(_get(output, "export_hf", False)),
+        rollout_sample_rate=float(_get(output, "rollout_sample_rate", 0.0)),
+        engine_argv=tuple(
+            tuple(str(a) for a in argv) for argv in commands.get("engine_argv") or ()
+        ),
+        router_argv=tuple(str(a) for a in commands.get("router_argv") or ()),
+        config=config,
+    )

@@ -1,0 +1,107 @@
+"""``python -m runtime.engines.embedded --model SOURCE --port P``: serve one engine."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+import torch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m runtime.engines.embedded",
+        description="rlc embedded generation server (SGLang native HTTP API subset)",
+    )
+    p.add_argument(
+        "--model",
+        "--model-path",
+        dest="model",
+        required=True,
+        help="model source (see runtime.models.load_model); --model-path is SGLang's spelling",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--max-running-requests", type=int, default=16)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--context-length", type=int, default=2048)
+    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0)
+    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1, choices=[1])
+    p.add_argument("--weight-version", default="0")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="capture the decode step in CUDA graphs (dense models, --device cuda)",
+    )
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def load_source(source: str, *, device: str, dtype: torch.dtype, seed: int) -> Any:
+    """``engine-test:...`` builds a tiny model here; anything else goes to runtime.models."""
+    if source.startswith("engine-test:"):
+        from .tiny import build_tiny, parse_test_source
+
+        kind, opts = parse_test_source(source)
+        loaded = build_tiny(kind, seed=seed, **opts)
+        loaded.model.to(device=device, dtype=dtype)
+        return loaded
+    from runtime.models import load_model
+
+    return load_model(source, device=device, dtype=dtype, seed=seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but CUDA is not available", file=sys.stderr)
+        return 2
+    from aiohttp import web
+
+    from .engine import Engine
+    from .server import build_app
+
+    dtype = getattr(torch, args.dtype)
+    loaded = load_source(args.model, device=args.device, dtype=dtype, seed=args.seed)
+    engine = Engine(
+        loaded,
+        model_path=args.model,
+        device=args.device,
+        max_running_requests=args.max_running_requests,
+        max_total_tokens=args.max_total_tokens,
+        context_length=args.context_length,
+        seed=args.seed,
+        weight_version=args.weight_version,
+        cuda_graph=args.cuda_graph,
+    )
+    engine.start()
+    server_args = {k: v for k, v in vars(args).items()}
+    server_args["model_path"] = args.model
+    logging.getLogger(__name__).info(
+        "serving %s on %s:%d (%s)", args.model, args.host, args.port, args.device
+    )
+    web.run_app(
+        build_app(engine, server_args),
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+        shutdown_timeout=0.5,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

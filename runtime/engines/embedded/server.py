@@ -1,0 +1,288 @@
+"""aiohttp HTTP front of the embedded engine: the SGLang native API subset rlc uses.
+
+Shapes follow SGLang's ``http_server.py``/``io_struct.py`` (see the reference anchors, B):
+``/generate`` takes ``input_ids`` or ``text`` (single or batch), ``sampling_params``,
+``return_logprob``, ``logprob_start_len``, ``return_routed_experts``, ``rid``; answers
+``{"text", "output_ids", "meta_info"}`` (a list for batch input or ``n > 1``). Validation
+errors are 400. Streaming is not supported (400). ``/update_weights_from_tensor`` answers
+501: the CPU engine reloads from disk only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from .engine import Engine, GenRequest
+from .sampling import BadRequest, SamplingParams
+
+log = logging.getLogger(__name__)
+
+HEALTH_GENERATE_TIMEOUT_S = 20.0
+ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
+INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("server_args", dict)
+
+
+def _error(message: str, status: int = 400) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "code": status}, "object": "error", "message": message},
+        status=status,
+    )
+
+
+def _per_item(value: Any, n: int, name: str) -> list[Any]:
+    """Broadcast a scalar/dict field over a batch, or check a per-item list's length."""
+    if isinstance(value, list):
+        if len(value) != n:
+            raise BadRequest(f"{name} has {len(value)} entries for a batch of {n}")
+        return value
+    return [value] * n
+
+
+def _parse_inputs(engine: Engine, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
+    has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
+    if body.get("input_embeds") is not None:
+        raise BadRequest("input_embeds is not supported")
+    if has_text == has_ids:
+        raise BadRequest("give exactly one of 'text' or 'input_ids'")
+    if has_ids:
+        ids = body["input_ids"]
+        if not isinstance(ids, list) or not ids:
+            raise BadRequest("input_ids must be a non-empty list")
+        if isinstance(ids[0], list):
+            return [[int(t) for t in row] for row in ids], True
+        return [[int(t) for t in ids]], False
+    text = body["text"]
+    if isinstance(text, list):
+        return [engine.tokenizer.encode(str(t)) for t in text], True
+    return [engine.tokenizer.encode(str(text))], False
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error("request body must be JSON")
+    if not isinstance(body, dict):
+        return _error("request body must be a JSON object")
+    try:
+        if body.get("stream"):
+            raise BadRequest("stream=true is not supported by the embedded engine")
+        prompts, batched = _parse_inputs(engine, body)
+        count = len(prompts)
+        sp = _per_item(body.get("sampling_params"), count, "sampling_params")
+        rids = _per_item(body.get("rid"), count, "rid")
+        want_lp = _per_item(body.get("return_logprob", False), count, "return_logprob")
+        start = _per_item(body.get("logprob_start_len", -1), count, "logprob_start_len")
+        want_ex = bool(body.get("return_routed_experts", False))
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[dict[str, Any]]] = []
+        reqs: list[GenRequest] = []
+        for i, prompt in enumerate(prompts):
+            params = SamplingParams.from_json(sp[i])
+            for j in range(params.n):
+                fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+                def done(result: dict[str, Any], fut: asyncio.Future[Any] = fut) -> None:
+                    loop.call_soon_threadsafe(_resolve, fut, result)
+
+                rid = rids[i]
+                if rid is not None and params.n > 1:
+                    rid = f"{rid}-{j}"
+                p = params
+                if params.n > 1 and params.sampling_seed is not None:
+                    p = SamplingParams(**{**params.__dict__, "sampling_seed": params.sampling_seed + j})
+                reqs.append(
+                    engine.make_request(
+                        prompt,
+                        p,
+                        done,
+                        rid=None if rid is None else str(rid),
+                        return_logprob=bool(want_lp[i]),
+                        logprob_start_len=int(start[i] if start[i] is not None else -1),
+                        return_routed_experts=want_ex,
+                    )
+                )
+                futures.append(fut)
+        if len(reqs) > 1:
+            batched = True
+    except BadRequest as exc:
+        return _error(str(exc))
+    except (TypeError, ValueError) as exc:
+        return _error(f"invalid request: {exc}")
+    for r in reqs:
+        engine.submit(r)
+    try:
+        results = await asyncio.gather(*futures)
+    except asyncio.CancelledError:
+        for r in reqs:
+            engine.abort(r.rid)
+        raise
+    return web.json_response(results if batched else results[0])
+
+
+def _resolve(fut: asyncio.Future[Any], result: dict[str, Any]) -> None:
+    if not fut.done():
+        fut.set_result(result)
+
+
+async def health(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    return web.Response(status=200 if engine.alive else 503)
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    if not engine.alive:
+        return web.Response(status=503)
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+    req = engine.make_request(
+        [0],
+        SamplingParams(max_new_tokens=1, temperature=0.0),
+        lambda res: loop.call_soon_threadsafe(_resolve, fut, res),
+        rid=f"HEALTH_CHECK_{id(fut)}",
+    )
+    engine.submit(req)
+    try:
+        await asyncio.wait_for(fut, HEALTH_GENERATE_TIMEOUT_S)
+    except TimeoutError:
+        engine.abort(req.rid)
+        return web.Response(status=503)
+    return web.Response(status=200)
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    load = engine.load()
+    if load["num_running_reqs"] or load["num_waiting_reqs"]:
+        return web.Response(
+            status=400,
+            text="Cache not flushed. Please check if there are any running requests.\n",
+        )
+    return web.Response(status=200, text="Cache flushed.\n")
+
+
+async def update_weights_from_disk(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error("request body must be JSON")
+    path = body.get("model_path") if isinstance(body, dict) else None
+    if not path:
+        return _error("model_path is required")
+    load_format = body.get("load_format")
+    if load_format not in (None, "auto", "safetensors"):
+        return _error(f"load_format {load_format!r} is not supported (auto, safetensors)")
+    version = body.get("weight_version")
+    abort_all = bool(body.get("abort_all_requests", False))
+    result = await asyncio.to_thread(
+        engine.update_weights, str(path), version=version, abort_all=abort_all
+    )
+    return web.json_response(result, status=200 if result.get("success") else 400)
+
+
+async def update_weights_from_tensor(request: web.Request) -> web.Response:
+    return web.json_response(
+        {
+            "success": False,
+            "message": "update_weights_from_tensor is not implemented by the embedded engine; "
+            "use update_weights_from_disk",
+        },
+        status=501,
+    )
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    return web.json_response(
+        {
+            "model_path": engine.model_path,
+            "tokenizer_path": engine.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": engine.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "olmo_core",
+            "architectures": [type(engine.model).__name__],
+        }
+    )
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    info = dict(request.app[INFO_KEY])
+    info.update(engine.load())
+    info.update(engine.stats)
+    info["weight_version"] = engine.weight_version
+    info["is_moe"] = engine.im.is_moe
+    info["kv_cache_bytes"] = engine.im.kv_bytes()
+    info["internal_states"] = [engine.load()]
+    return web.json_response(info)
+
+
+async def get_load(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    load = engine.load()
+    return web.json_response([{"dp_rank": 0, "num_reqs": sum(load.values()), **load}])
+
+
+async def get_weight_version(request: web.Request) -> web.Response:
+    return web.json_response({"weight_version": request.app[ENGINE_KEY].weight_version})
+
+
+async def get_weight_checksum(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    checksum = await asyncio.to_thread(engine.checksum)
+    return web.json_response({"checksum": checksum, "weight_version": engine.weight_version})
+
+
+async def abort_request(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        return _error("request body must be a JSON object")
+    rid, abort_all = body.get("rid"), bool(body.get("abort_all", False))
+    if rid is None and not abort_all:
+        return _error("give rid or abort_all=true")
+    engine.abort(None if rid is None else str(rid), abort_all)
+    return web.Response(status=200)
+
+
+def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
+    app = web.Application(client_max_size=512 * 1024 * 1024)
+    app[ENGINE_KEY] = engine
+    app[INFO_KEY] = server_args
+    r = app.router
+    r.add_route("POST", "/generate", generate)
+    r.add_route("PUT", "/generate", generate)
+    r.add_get("/health", health)
+    r.add_get("/health_generate", health_generate)
+    r.add_post("/health_generate", health_generate)
+    r.add_get("/flush_cache", flush_cache)
+    r.add_post("/flush_cache", flush_cache)
+    r.add_post("/update_weights_from_disk", update_weights_from_disk)
+    r.add_post("/update_weights_from_tensor", update_weights_from_tensor)
+    r.add_get("/get_model_info", get_model_info)
+    r.add_get("/model_info", get_model_info)
+    r.add_get("/get_server_info", get_server_info)
+    r.add_get("/server_info", get_server_info)
+    r.add_get("/get_load", get_load)
+    r.add_get("/get_weight_version", get_weight_version)
+    r.add_get("/get_weight_checksum", get_weight_checksum)
+    r.add_post("/abort_request", abort_request)
+
+    async def on_cleanup(app: web.Application) -> None:
+        await asyncio.to_thread(engine.stop)
+
+    app.on_cleanup.append(on_cleanup)
+    return app

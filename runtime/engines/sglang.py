@@ -1,0 +1,113 @@
+"""Launch real SGLang servers from the compiled engine argv.
+
+The compiler emits one argv per engine (``manifest.commands.engine_argv``), either the
+full ``python -m sglang.launch_server ...`` line or just its flags. Here we normalise it
+to this interpreter, pin ``--host``/``--port`` to the placement, and supervise the process
+(log file, ``/health`` wait, death detection, SIGTERM then SIGKILL). SGLang itself is not
+installed on CPU machines; ``module=`` lets tests put the embedded engine, which accepts
+SGLang's spellings of the common flags, in its place.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .process import ServerProcess, ServerStartError, start_server
+
+SGLANG_MODULE = "sglang.launch_server"
+
+
+def _strip_launcher(argv: Sequence[str]) -> list[str]:
+    """Drop a leading ``python -m sglang.launch_server`` (or ``sglang serve``)."""
+    args = list(argv)
+    if args and (args[0].endswith("python") or "python3" in Path(args[0]).name):
+        args = args[1:]
+    if len(args) >= 2 and args[0] == "-m" and args[1] == SGLANG_MODULE or len(args) >= 2 and Path(args[0]).name == "sglang" and args[1] == "serve":
+        args = args[2:]
+    return args
+
+
+def set_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """Return ``args`` with the value flag ``flag`` set (replacing ``--f v`` or ``--f=v``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == flag:
+            i += 2
+            continue
+        if a.startswith(flag + "="):
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return [*out, flag, value]
+
+
+def get_flag(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def sglang_argv(
+    compiled: Sequence[str],
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    python: str | None = None,
+    module: str = SGLANG_MODULE,
+) -> list[str]:
+    """The command line to run: this interpreter, the launcher module, pinned host/port."""
+    args = _strip_launcher(compiled)
+    if get_flag(args, "--model-path") is None:
+        raise ValueError("the compiled SGLang argv has no --model-path")
+    args = set_flag(args, "--host", host)
+    if port is not None:
+        args = set_flag(args, "--port", str(port))
+    elif get_flag(args, "--port") is None:
+        raise ValueError("no --port in the compiled SGLang argv and none given")
+    return [python or sys.executable, "-m", module, *args]
+
+
+def sglang_installed() -> bool:
+    return importlib.util.find_spec("sglang") is not None
+
+
+# Env for rollout engines, as slime/miles set it: a cheap liveness /health (no generation).
+DEFAULT_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
+
+
+def start_sglang(
+    compiled: Sequence[str],
+    *,
+    log_path: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    timeout: float = 600.0,
+    env: dict[str, str] | None = None,
+    module: str = SGLANG_MODULE,
+    name: str | None = None,
+) -> ServerProcess:
+    """Start one SGLang server and wait for ``/health``; stop it before raising on failure."""
+    if module == SGLANG_MODULE and not sglang_installed():
+        raise ServerStartError(
+            "sglang is not installed in this environment; inference.engine = 'sglang' "
+            "needs the GPU image (use inference.engine = 'embedded' on CPU)"
+        )
+    argv = sglang_argv(compiled, host=host, port=port, module=module)
+    real_port = get_flag(argv, "--port")
+    return start_server(
+        name or f"sglang:{real_port}",
+        argv,
+        f"http://{host}:{real_port}/health",
+        log_path,
+        timeout=timeout,
+        env={**DEFAULT_ENV, **(env or {})},
+    )

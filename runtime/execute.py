@@ -1,0 +1,326 @@
+"""``python -m runtime.execute MANIFEST``: carry out a compiled manifest on this node.
+
+Verify the manifest, find this node's roles in the compiled placement, start them
+(engine servers, the router in front of several engines, the trainer in-process), run
+the GRPO loop, and always take every child down on the way out. Exit codes: 0 done,
+2 the manifest is unusable (tampered, wrong node count, bad config), 3 runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.config import RunConfig
+    from runtime.placement import NodeIdentity, NodeRoles
+
+EXIT_OK = 0
+EXIT_USER = 2
+EXIT_RUNTIME = 3
+
+
+class ManifestError(ValueError):
+    """The manifest failed verification (digest, version, shape)."""
+
+
+def load_verified_manifest(path: str | Path) -> dict[str, Any]:
+    """Load and verify through the compiler's loader (digest + versions)."""
+    p = Path(path)
+    if not p.exists():
+        raise ManifestError(f"{p}: no such manifest")
+    from compiler.diagnostics import DiagnosticError
+    from compiler.manifest import load_manifest
+
+    try:
+        return load_manifest(p)
+    except DiagnosticError as exc:
+        msgs = "; ".join(d.message for d in exc.diagnostics) or str(exc)
+        raise ManifestError(f"{p}: {msgs}") from None
+
+
+class RunFailure(RuntimeError):
+    """A failure of the run itself (engine down after retries, audit, mismatch, ...)."""
+
+
+def _python_argv(argv: Sequence[str]) -> list[str]:
+    """Compiled argv say ``python``; run them with this interpreter (the run's venv)."""
+    out = [str(a) for a in argv]
+    if out and out[0] in ("python", "python3"):
+        out[0] = sys.executable
+    return out
+
+
+def default_engine_argv(cfg: RunConfig, port: int) -> list[str]:
+    """The embedded engine command, from the manifest's config (same seed as the trainer)."""
+    from runtime.engines.embedded.launch import embedded_argv
+
+    inf = cfg.inference
+    return embedded_argv(
+        cfg.model.source,
+        port=port,
+        device="cuda" if cfg.trainer.device == "cuda" else "cpu",
+        max_running_requests=inf.max_running_requests,
+        context_length=inf.max_context_length,
+        seed=cfg.runtime.seed,
+        host="127.0.0.1" if cfg.placement.num_nodes == 1 else "0.0.0.0",
+        threads=1 if cfg.trainer.device == "cpu" else None,
+        extra=["--dtype", cfg.model.dtype],
+    )
+
+
+def engine_command(cfg: RunConfig, engine_id: int, port: int) -> list[str]:
+    """Embedded engines are started from the config; SGLang ones from the compiled argv."""
+    if cfg.inference.engine == "embedded" or engine_id >= len(cfg.engine_argv):
+        return default_engine_argv(cfg, port)
+    return _python_argv(cfg.engine_argv[engine_id])
+
+
+def default_router_argv(cfg: RunConfig, urls: Sequence[str], port: int) -> list[str]:
+    """The real sglang-router in front of the engines (policy and knobs from the manifest)."""
+    from runtime.engines.router import RouterSettings, router_argv
+
+    return router_argv(
+        list(urls), port=port, settings=RouterSettings.from_config(cfg.inference.raw)
+    )
+
+
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _healthy(url: str, timeout: float) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class NodeRunner:
+    """Starts this node's roles, runs the loop (trainer node), tears everything down."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        roles: NodeRoles,
+        ident: NodeIdentity,
+        *,
+        resume: str = "auto",
+        progress: bool = False,
+    ) -> None:
+        from runtime.rollout.loop import StopFlag
+        from runtime.supervisor import Supervisor
+
+        self.cfg = cfg
+        self.roles = roles
+        self.ident = ident
+        self.resume = resume
+        self.progress = progress
+        self.stop = StopFlag()
+        self.sup = Supervisor(log_dir=cfg.paths.root / "logs")
+        self.engine_urls: list[str] = []
+        self.gen_url = ""
+        self._local_ports()
+
+    def request_stop(self, reason: str) -> None:
+        self.stop.set(reason)
+
+    # ---- processes -----------------------------------------------------------------------
+    def _local_ports(self) -> None:
+        """Single-node runs share the machine: a compiled port that is taken is swapped
+        for a free one (multi-node placements keep theirs, other nodes rely on them)."""
+        from runtime.engines.process import free_port
+
+        plan = self.cfg.placement
+        engines = list(plan.engines)
+        router_port = plan.router_port
+        if plan.num_nodes == 1:
+            taken: set[int] = set()
+            for i, e in enumerate(engines):
+                if not _port_free(e.port) or e.port in taken:
+                    engines[i] = replace(e, port=free_port())
+                taken.add(engines[i].port)
+            if router_port is not None and (not _port_free(router_port) or router_port in taken):
+                router_port = free_port()
+        self.engines = engines
+        self.router_port = router_port
+
+    def start_engines(self) -> None:
+        from runtime.placement import engine_url
+
+        cfg = self.cfg
+        mine = [e for e in self.engines if e.node == self.ident.rank]
+        for e in mine:
+            self.sup.start(f"engine:{e.id}", engine_command(cfg, e.id, e.port))
+        self.engine_urls = [engine_url(e, self.ident) for e in self.engines]
+        for e in mine:
+            url = engine_url(e, self.ident)
+            self.sup.wait_ready(
+                f"engine:{e.id}",
+                lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
+                cfg.runtime.startup_timeout_s,
+            )
+
+    def start_router(self) -> None:
+        from runtime.engines.process import free_port
+        from runtime.engines.router import _workers_ready
+
+        cfg = self.cfg
+        port = self.router_port or 29000
+        argv = default_router_argv(cfg, self.engine_urls, port)
+        # sglang-router's metrics endpoint defaults to port 29000 too: keep it out of the way
+        argv += ["--prometheus-port", str(free_port())]
+        self.sup.start("router", argv)
+        url = f"http://127.0.0.1:{port}"
+        # healthy AND every worker registered (the router adds workers in the background)
+        self.sup.wait_ready(
+            "router", lambda: _workers_ready(url, self.engine_urls), cfg.runtime.startup_timeout_s
+        )
+
+    def wait_remote_engines(self) -> None:
+        """The trainer node waits for engines other nodes start (multi-node)."""
+        cfg = self.cfg
+        deadline = time.monotonic() + cfg.runtime.startup_timeout_s
+        for url in self.engine_urls:
+            while not _healthy(url, cfg.runtime.health_timeout_s):
+                if time.monotonic() > deadline:
+                    raise RunFailure(f"engine {url} on another node is not healthy")
+                time.sleep(1.0)
+
+    def health_check(self) -> None:
+        from runtime.supervisor import ChildDied
+
+        try:
+            self.sup.check()
+        except ChildDied as exc:
+            raise RunFailure(str(exc)) from None
+
+    # ---- driver --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any] | None:
+        cfg = self.cfg
+        cfg.paths.ensure()
+        try:
+            self.start_engines()
+            if self.roles.router:
+                self.start_router()
+        except (TimeoutError, RuntimeError) as exc:
+            raise RunFailure(f"startup failed: {exc}") from None
+        if self.router_port is not None:
+            host = "127.0.0.1" if self.roles.router else self.ident.leader_host
+            self.gen_url = f"http://{host}:{self.router_port}"
+        else:
+            self.gen_url = self.engine_urls[0]
+        if not self.roles.trainer:
+            return self._serve_only()
+        self.wait_remote_engines()
+        from runtime.rollout.driver import train
+
+        return train(self)
+
+    def _serve_only(self) -> None:
+        """Engine-only node: keep serving until told to stop or a child dies."""
+        while not self.stop:
+            self.health_check()
+            time.sleep(1.0)
+        return None
+
+    def close(self) -> None:
+        self.sup.shutdown()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m runtime.execute", description=__doc__)
+    ap.add_argument("manifest", help="compiled manifest.json")
+    ap.add_argument(
+        "--resume",
+        choices=["auto", "never", "required", "manifest"],
+        default="manifest",
+        help="resume from the newest complete checkpoint (default: the manifest's setting)",
+    )
+    ap.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    from runtime.config import ConfigError, from_manifest
+    from runtime.placement import PlacementError, node_identity, roles_for
+
+    try:
+        manifest = load_verified_manifest(args.manifest)
+        cfg = from_manifest(manifest)
+        ident = node_identity()
+        roles = roles_for(cfg.placement, ident)
+    except (ManifestError, ConfigError, PlacementError) as exc:
+        print(f"rlc: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+
+    resume = cfg.checkpoint.resume if args.resume == "manifest" else args.resume
+    progress = not args.no_progress and sys.stderr.isatty()
+    runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress)
+    prev = _install_signal_handlers(runner)
+    try:
+        summary = runner.run()
+    except RunFailure as exc:
+        print(f"rlc: run failed: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        print("rlc: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the boundary: a clear line, the traceback with RLC_DEBUG
+        if os.environ.get("RLC_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        print(f"rlc: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        runner.close()
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
+    if summary:
+        print(json.dumps(summary, sort_keys=True))
+    return EXIT_OK
+
+
+def _install_signal_handlers(runner: Any) -> dict[int, Any]:
+    """First SIGINT/SIGTERM: stop at the next collection boundary and save; second: abort."""
+    hits = {"n": 0}
+
+    def handler(signum: int, frame: object) -> None:
+        hits["n"] += 1
+        if hits["n"] == 1:
+            print(
+                f"\nrlc: {signal.Signals(signum).name}: finishing this collection, saving, "
+                "stopping (again to abort)",
+                file=sys.stderr,
+            )
+            runner.request_stop(signal.Signals(signum).name)
+        else:
+            raise KeyboardInterrupt
+
+    prev = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        prev[sig] = signal.signal(sig, handler)
+    return prev
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

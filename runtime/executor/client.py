@@ -1,0 +1,113 @@
+"""Reach an executor service: start a local one (``--port 0``) or talk to a given URL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+_READY_PREFIX = "rlc-executor listening on "
+
+
+class ExecutorStartError(RuntimeError):
+    """The local executor did not come up."""
+
+
+class LocalExecutor:
+    """A ``python -m runtime.executor`` subprocess on loopback, stopped by `close`."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        isolation: str = "auto",
+        startup_timeout_s: float = 60.0,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        repo_root = str(Path(__file__).resolve().parents[2])
+        child_env = dict(os.environ if env is None else env)
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (repo_root, child_env.get("PYTHONPATH", "")) if p
+        )
+        argv = [sys.executable, "-m", "runtime.executor", "--host", "127.0.0.1", "--port", "0"]
+        argv += ["--workers", str(workers), "--isolation", isolation]
+        if python:
+            argv += ["--python", python]
+        # stderr goes to a file: an unread pipe would eventually block the server.
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives with the process)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=child_env,
+            text=True,
+        )
+        self.url = self._wait_ready(startup_timeout_s)
+
+    def _wait_ready(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    continue
+                line = self.proc.stdout.readline()
+                if not line:
+                    break
+                if line.startswith(_READY_PREFIX):
+                    return line[len(_READY_PREFIX) :].strip()
+        finally:
+            sel.close()
+        self._stop()
+        err = ""
+        with contextlib.suppress(Exception):
+            self._stderr.seek(0)
+            err = self._stderr.read()[-2000:]
+        self.close()
+        raise ExecutorStartError(f"executor did not start within {timeout_s}s: {err}")
+
+    def close(self) -> None:
+        self._stop()
+        for stream in (self.proc.stdout, self._stderr):
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+    def _stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_request(
+    client: httpx.Client, url: str, payload: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """POST one ``/run``; raises httpx errors and ValueError on a non-JSON answer."""
+    resp = client.post(url.rstrip("/") + "/run", json=payload, timeout=timeout_s)
+    if resp.status_code == 400:
+        raise ValueError(resp.json().get("error", resp.text))
+    resp.raise_for_status()
+    data = resp.json()
+    if not isinstance(data, dict) or "results" not in data:
+        raise ValueError("executor answered without 'results'")
+    return data

@@ -1,0 +1,148 @@
+"""The ``POST /run`` request and response shapes, validated without a schema library.
+
+Request::
+
+    {"language": "python", "code": "...", "mode": "function" | "stdio",
+     "tests": <function: HumanEval test code (str) or [{"code": str, "entry_point": str}]
+              | stdio: [{"input": str, "output": str}]>,
+     "entry_point": "name"          # function mode, when tests is a string
+     "limits": {"wall_s", "cpu_s", "memory_mb", "max_processes", "output_bytes", ...},
+     "stop_on_failure": false}
+
+Response::
+
+    {"results": [{"passed", "status", "stdout", "stderr", "wall_s", "exit_code", "detail"}],
+     "passed": int, "total": int, "status": "ok" | <first non-ok status>, "isolation": {...}}
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.executor.sandbox import Limits, RunOutcome
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_CODE_BYTES = 1_000_000
+MAX_TESTS = 512
+
+
+class RequestError(ValueError):
+    """A malformed request (answered with HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One sandboxed run: the full program and, for stdio, its input and expected output."""
+
+    program: str
+    stdin: str | None = None
+    expected: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    mode: str
+    cases: tuple[TestCase, ...]
+    limits: Limits
+    stop_on_failure: bool
+
+
+def function_program(code: str, test: str, entry_point: str) -> str:
+    """HumanEval layout: solution, then the test code, then ``check(entry_point)``."""
+    return f"{code}\n\n{test}\n\ncheck({entry_point})\n"
+
+
+def parse_request(body: Any, ceiling: Limits | None = None) -> RunRequest:
+    """Validate a decoded JSON body; raises `RequestError` with a readable message."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    language = body.get("language", "python")
+    if language != "python":
+        raise RequestError(f"unsupported language {language!r}; only 'python'")
+    code = body.get("code")
+    if not isinstance(code, str):
+        raise RequestError("'code' must be a string")
+    if len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES:
+        raise RequestError(f"'code' is larger than {MAX_CODE_BYTES} bytes")
+    mode = body.get("mode", "function")
+    tests = body.get("tests")
+    cases: list[TestCase] = []
+    if mode == "function":
+        if isinstance(tests, str):
+            tests = [{"code": tests, "entry_point": body.get("entry_point")}]
+        if not isinstance(tests, list) or not tests:
+            raise RequestError(
+                "function mode needs 'tests': test code or a list of {code, entry_point}"
+            )
+        for i, t in enumerate(tests):
+            if not isinstance(t, dict) or not isinstance(t.get("code"), str):
+                raise RequestError(f"tests[{i}] must be an object with a 'code' string")
+            entry = t.get("entry_point") or body.get("entry_point")
+            if not isinstance(entry, str) or not _IDENT.match(entry):
+                raise RequestError(f"tests[{i}]: 'entry_point' must be a Python identifier")
+            cases.append(TestCase(function_program(code, t["code"], entry)))
+    elif mode == "stdio":
+        if not isinstance(tests, list) or not tests:
+            raise RequestError("stdio mode needs 'tests': a list of {input, output}")
+        for i, t in enumerate(tests):
+            if (
+                not isinstance(t, dict)
+                or not isinstance(t.get("input", ""), str)
+                or not isinstance(t.get("output"), str)
+            ):
+                raise RequestError(
+                    f"tests[{i}] must be an object with 'input' and 'output' strings"
+                )
+            cases.append(TestCase(code, stdin=t.get("input", ""), expected=t["output"]))
+    else:
+        raise RequestError(f"unknown mode {mode!r}; expected 'function' or 'stdio'")
+    if len(cases) > MAX_TESTS:
+        raise RequestError(f"at most {MAX_TESTS} tests per request")
+    try:
+        limits = Limits.from_request(body.get("limits"), ceiling)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return RunRequest(mode, tuple(cases), limits, bool(body.get("stop_on_failure", False)))
+
+
+def normalize_output(text: str) -> str:
+    """Compare stdio output ignoring trailing whitespace on lines and trailing blank lines."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
+
+
+def same_output(actual: str, expected: str) -> bool:
+    return normalize_output(actual) == normalize_output(expected)
+
+
+def case_result(case: TestCase, outcome: RunOutcome, stream_cap: int) -> dict[str, Any]:
+    """The JSON result of one test; stdio output is compared here."""
+    status, detail = outcome.status, outcome.detail
+    expected = case.expected
+    if status == "ok" and expected is not None and not same_output(outcome.stdout, expected):
+        status, detail = "failed", "output differs from the expected output"
+    return {
+        "passed": status == "ok",
+        "status": status,
+        "stdout": outcome.stdout[:stream_cap],
+        "stderr": outcome.stderr[-stream_cap:],
+        "wall_s": outcome.wall_s,
+        "exit_code": outcome.exit_code,
+        "detail": detail,
+    }
+
+
+def skipped_result() -> dict[str, Any]:
+    return {
+        "passed": False,
+        "status": "failed",
+        "stdout": "",
+        "stderr": "",
+        "wall_s": 0.0,
+        "exit_code": None,
+        "detail": "skipped after an earlier failure",
+    }

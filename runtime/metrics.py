@@ -1,0 +1,123 @@
+"""Per-collection metrics: one JSON object per line, plus a live progress bar.
+
+The jsonl file is the run's record (the report, the resume tests and `rlc status` read
+it); lines are flushed and fsynced as written so a killed run loses at most the line in
+flight. On resume, lines for collections at or after the restored step are dropped first,
+so the file always describes exactly one history.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # torch / numpy scalars
+        return _clean(value.item())
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All complete records of a metrics file (a torn last line is ignored)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+class MetricsWriter:
+    """Append-only jsonl writer with resume truncation."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def truncate_from(self, collection: int) -> None:
+        """Keep only records of collections before ``collection`` (on resume or fresh start)."""
+        keep = [r for r in read_metrics(self.path) if int(r.get("collection", -1)) < collection]
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        with open(tmp, "w") as f:
+            for r in keep:
+                f.write(json.dumps(r, sort_keys=True) + "\n")
+        tmp.replace(self.path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(_clean(record), sort_keys=True)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class ProgressView:
+    """A rich progress bar over collections: reward, tokens/s, ETA."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]collection {task.completed}/{task.total}"),
+            BarColumn(),
+            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not enabled,
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            "run", total=total, completed=start, reward="-", tps="-"
+        )
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> ProgressView:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, collection: int, reward: float, tokens_per_s: float) -> None:
+        self._progress.update(
+            self._task,
+            completed=collection + 1,
+            reward=f"{reward:.3f}",
+            tps=f"{tokens_per_s:,.0f}",
+        )
+
+    def log(self, message: str) -> None:
+        self._progress.console.print(message)
+
+
+def fifths(values: Iterable[float]) -> tuple[float, float]:
+    """Mean of the first and of the last fifth of a series (at least one value each)."""
+    vals = list(values)
+    if not vals:
+        return float("nan"), float("nan")
+    k = max(1, len(vals) // 5)
+    return sum(vals[:k]) / k, sum(vals[-k:]) / k

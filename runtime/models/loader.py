@@ -1,0 +1,206 @@
+"""``load_model``: one entry point for builtin, HF and native (OLMo-core) model sources."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from olmo_core.nn.transformer import Transformer, TransformerBlockType, TransformerConfig
+
+from .attention import enable_document_masking
+from .builtin import builtin_config
+from .moe_cpu import install_cpu_moe_fallbacks
+from .tokenizer import Tokenizer, build_builtin_tokenizer
+from .weights import load_safetensors, save_safetensors
+
+NATIVE_META = "rlc_model.json"
+NATIVE_FORMAT = "rlc-olmo-core"
+FAMILIES = ("dense", "moe", "hybrid_moe")
+
+
+class ModelLoadError(ValueError):
+    """The model source cannot be loaded (bad name, missing files, unsupported format)."""
+
+
+@dataclass
+class LoadedModel:
+    """A built OLMo-core model plus everything needed to use, save or export it."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    config: TransformerConfig
+    family: str
+    source: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def family_of(config: TransformerConfig) -> str:
+    """dense / moe / hybrid_moe from the block type."""
+    blocks = config.block.values() if isinstance(config.block, dict) else [config.block]
+    names = {b.name for b in blocks}
+    hybrid = {TransformerBlockType.moe_hybrid, TransformerBlockType.moe_hybrid_reordered_norm}
+    if names & hybrid:
+        return "hybrid_moe"
+    if any(b.feed_forward_moe is not None for b in blocks):
+        return "moe"
+    return "dense"
+
+
+def source_format(source: str) -> str:
+    """``builtin`` | ``native`` | ``hf`` | ``olmo_core_dist`` for a source string."""
+    if source.startswith("builtin:"):
+        return "builtin"
+    path = Path(source)
+    if not path.is_dir():
+        raise ModelLoadError(f"model source {source!r} is neither builtin:NAME nor a directory")
+    if (path / NATIVE_META).is_file() or (path / "model" / NATIVE_META).is_file():
+        return "native"
+    cfg_file = path / "config.json"
+    if cfg_file.is_file():
+        cfg = json.loads(cfg_file.read_text())
+        if "model_type" in cfg:
+            return "hf"
+        if "model" in cfg and (path / "model_and_optim").is_dir():
+            return "olmo_core_dist"
+    raise ModelLoadError(
+        f"{source}: not a model directory (expected {NATIVE_META}, an HF config.json with "
+        "model_type + *.safetensors, or an OLMo-core checkpoint with model_and_optim/)"
+    )
+
+
+def _finish(
+    model: Transformer,
+    config: TransformerConfig,
+    tokenizer: Tokenizer,
+    family: str,
+    source: str,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    architecture: str | None,
+) -> LoadedModel:
+    if architecture is not None and architecture != family:
+        raise ModelLoadError(f"{source} is a {family} model but architecture={architecture!r}")
+    if family != "dense":
+        install_cpu_moe_fallbacks()
+    enable_document_masking(model)
+    model.to(device=torch.device(device), dtype=dtype)
+    model.eval()
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, config=config, family=family, source=source
+    )
+
+
+def _build_with_state(config: TransformerConfig, state: dict[str, torch.Tensor]) -> Transformer:
+    model = config.build(init_device="meta")
+    model.init_weights(device=torch.device("cpu"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [
+        k for k in missing if not (config.tie_word_embeddings and k == "lm_head.w_out.weight")
+    ]
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    return model
+
+
+def load_model(
+    source: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    architecture: str | None = None,
+    attn_backend: str = "torch",
+) -> LoadedModel:
+    """Build an OLMo-core ``Transformer`` from ``builtin:NAME``, an HF dir or a native dir.
+
+    Builtins are random-initialised on CPU from ``seed`` (identical on every device).
+    """
+    fmt = source_format(source)
+    if fmt == "builtin":
+        tokenizer = build_builtin_tokenizer()
+        try:
+            family, config = builtin_config(
+                source.removeprefix("builtin:"), tokenizer.vocab_size, seed
+            )
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from e
+        model = config.build(init_device="cpu")
+        model.init_weights(device=torch.device("cpu"))
+        return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
+    path = Path(source)
+    if fmt == "native":
+        root = path if (path / NATIVE_META).is_file() else path / "model"
+        meta = json.loads((root / NATIVE_META).read_text())
+        config = TransformerConfig.from_dict(meta["model_config"])
+        tokenizer = Tokenizer.from_dir(root)
+        model = _build_with_state(config, load_safetensors(root))
+        return _finish(
+            model, config, tokenizer, meta["family"], source, device, dtype, architecture
+        )
+    if fmt == "hf":
+        from .hf import hf_config_to_olmo_core, load_hf_state
+
+        cfg = json.loads((path / "config.json").read_text())
+        family, config = hf_config_to_olmo_core(cfg, attn_backend=attn_backend)
+        tokenizer = Tokenizer.from_dir(path)
+        model = _build_with_state(config, load_hf_state(path, cfg))
+        return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
+    return _load_olmo_core_dist(path, device, dtype, architecture)
+
+
+def _load_olmo_core_dist(
+    path: Path, device: str | torch.device, dtype: torch.dtype, architecture: str | None
+) -> LoadedModel:
+    """An OLMo-core trainer checkpoint (``config.json`` + ``model_and_optim/``)."""
+    from olmo_core.distributed.checkpoint import load_model_and_optim_state
+
+    cfg = json.loads((path / "config.json").read_text())
+    model_cfg = dict(cfg["model"])
+    for legacy in ("compile", "dp_config", "tp_config", "float8_config"):
+        model_cfg.pop(legacy, None)
+    config = TransformerConfig.from_dict(model_cfg)
+    if not (path / "tokenizer.json").is_file():
+        raise ModelLoadError(
+            f"{path}: OLMo-core checkpoints name their tokenizer by hub id; put a tokenizer.json "
+            "next to config.json (no downloads at run time)"
+        )
+    tokenizer = Tokenizer.from_dir(path)
+    model = config.build(init_device="cpu")
+    model.init_weights(device=torch.device("cpu"))
+    load_model_and_optim_state(str(path / "model_and_optim"), model)
+    return _finish(
+        model, config, tokenizer, family_of(config), str(path), device, dtype, architecture
+    )
+
+
+def save_native(
+    loaded: LoadedModel,
+    out_dir: str | Path,
+    *,
+    state_dict: dict[str, torch.Tensor] | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> Path:
+    """Write our native model dir: ``rlc_model.json`` + ``model.safetensors`` + tokenizer."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = state_dict if state_dict is not None else loaded.model.state_dict()
+    save_safetensors(state, out)
+    loaded.tokenizer.save(out)
+    meta = {
+        "format": NATIVE_FORMAT,
+        "version": 1,
+        "family": loaded.family,
+        "source": loaded.source,
+        "model_config": loaded.config.as_config_dict(),
+        **(extra_meta or {}),
+    }
+    (out / NATIVE_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return out

@@ -1,0 +1,1 @@
+"""Weight publication to the engines and the startup weight audit."""

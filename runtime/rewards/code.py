@@ -1,0 +1,234 @@
+"""Code-execution rewards: run the response's code against tests in the executor service.
+
+Settings (``[rewards.code]``): ``executor_url`` (none: start a local executor subprocess on
+first use), ``workers`` (local executor, 2), ``concurrency`` (parallel requests, 4),
+``timeout_s`` (per request, 120), ``retries`` (2, on connection errors and 5xx),
+``backoff_s`` (0.5), ``scoring`` (``all_or_nothing`` | ``fraction``), ``limits`` (passed to
+the executor: wall_s, cpu_s, memory_mb, max_processes, output_bytes), ``failure_policy``
+(``zero`` | ``fail``), ``isolation`` (local executor: auto | namespaces | audit).
+
+Targets: ``{"mode": "function", "test": <HumanEval test code>, "entry_point": name}`` or
+``{"mode": "stdio", "tests": [{"input": .., "output": ..}]}``; HumanEval's own record keys
+(``test``, ``entry_point``, ``prompt``) work as target or metadata. A wrong program is
+``ok=True, score=0``; only an unreachable or failing executor gives ``ok=False``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from runtime.executor.client import LocalExecutor, run_request
+from runtime.rewards.base import (
+    RewardResult,
+    ScoreItem,
+    Verifier,
+    VerifierFailure,
+    apply_failure_policy,
+    register,
+)
+
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_PY_LANGS = {"python", "python3", "py", "py3"}
+SCORINGS = ("all_or_nothing", "fraction")
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^\s*def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
+
+
+def _is_python(text: str) -> bool:
+    try:
+        compile(text, "<prompt>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def extract_code(response: str, prompt: str | None = None, entry_point: str | None = None) -> str:
+    """The program to run for ``response``.
+
+    Fenced blocks win (python-tagged first; the last one that defines ``entry_point``, else
+    the last one). Without fences the response is the raw completion of the prompt
+    (HumanEval style) and is appended to it. A block or completion that restates the whole
+    function is placed after the prompt when the prompt is itself valid Python, so the
+    prompt's imports and helper functions stay defined and the restated function wins.
+    """
+    blocks = [(lang.lower(), body) for lang, body in _FENCE_RE.findall(response)]
+    if blocks:
+        python_blocks = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
+        code = python_blocks[-1]
+        if entry_point:
+            defining = [b for b in python_blocks if _defines(b, entry_point)]
+            code = defining[-1] if defining else code
+    elif prompt and not (entry_point and _defines(response, entry_point)):
+        return prompt + response
+    else:
+        code = response
+    if prompt and entry_point and not _defines(code, entry_point):
+        return prompt + code
+    if prompt and _is_python(prompt):
+        return prompt.rstrip("\n") + "\n\n\n" + code
+    return code
+
+
+def build_payload(
+    response: str, target: Any, metadata: Mapping[str, Any], limits: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The executor request for one item; raises ValueError for a malformed target."""
+    meta = dict(metadata or {})
+    tgt: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
+    if isinstance(target, list):
+        tgt = {"mode": "stdio", "tests": target}
+    elif isinstance(target, str):
+        tgt = {"mode": "function", "test": target}
+    mode = tgt.get("mode") or meta.get("mode") or ("stdio" if "tests" in tgt else "function")
+    prompt = tgt.get("prompt", meta.get("prompt"))
+    entry = tgt.get("entry_point", meta.get("entry_point"))
+    payload: dict[str, Any] = {"language": "python", "mode": mode}
+    if limits:
+        payload["limits"] = dict(limits)
+    if mode == "function":
+        test = tgt.get("test", tgt.get("tests", meta.get("test")))
+        if not isinstance(test, str) or not isinstance(entry, str):
+            raise ValueError("function-mode target needs 'test' code and an 'entry_point'")
+        payload.update(code=extract_code(response, prompt, entry), tests=test, entry_point=entry)
+    elif mode == "stdio":
+        tests = tgt.get("tests", meta.get("tests"))
+        if not isinstance(tests, list) or not tests:
+            raise ValueError("stdio target needs a non-empty 'tests' list of {input, output}")
+        payload.update(code=extract_code(response, prompt, None), tests=tests)
+    else:
+        raise ValueError(f"unknown code target mode {mode!r}")
+    return payload
+
+
+def humaneval_target(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(target, metadata) for one HumanEval record (prompt, test, entry_point, task_id)."""
+    target = {"mode": "function", "test": record["test"], "entry_point": record["entry_point"]}
+    meta = {"prompt": record["prompt"], "task_id": record.get("task_id")}
+    return target, meta
+
+
+@register("code")
+class CodeVerifier(Verifier):
+    """Scores code by running it in the sandboxed executor service."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(config)
+        cfg = self.config
+        self.scoring = str(cfg.get("scoring", "all_or_nothing"))
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"rewards.code.scoring must be one of {SCORINGS}")
+        self.concurrency = max(1, int(cfg.get("concurrency", 4)))
+        self.timeout_s = float(cfg.get("timeout_s", 120.0))
+        self.retries = max(0, int(cfg.get("retries", 2)))
+        self.backoff_s = float(cfg.get("backoff_s", 0.5))
+        self.limits: Mapping[str, Any] | None = cfg.get("limits") or None
+        self.failure_policy = str(cfg.get("failure_policy", "zero"))
+        self._url: str | None = cfg.get("executor_url") or None
+        self._local: LocalExecutor | None = None
+        self._lock = threading.Lock()
+        self._client = httpx.Client(
+            limits=httpx.Limits(max_connections=self.concurrency), trust_env=False
+        )
+
+    @property
+    def url(self) -> str:
+        """The executor URL, starting a local executor the first time if none is set."""
+        with self._lock:
+            if self._url is None:
+                self._local = LocalExecutor(
+                    workers=int(self.config.get("workers", 2)),
+                    isolation=str(self.config.get("isolation", "auto")),
+                )
+                atexit.register(self._local.close)
+                self._url = self._local.url
+            return self._url
+
+    def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
+        try:
+            payload = build_payload(response, target, metadata, self.limits)
+        except ValueError as exc:
+            return self._policy(RewardResult(0.0, ok=False, failure=f"bad target: {exc}"))
+        return self._policy(self._run(payload))
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[RewardResult]:
+        if not items:
+            return []
+        _ = self.url  # start a local executor once, not in every thread
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
+            return list(pool.map(self._safe, items))
+
+    def _safe(self, item: ScoreItem) -> RewardResult:
+        # Like safe_score, but a VerifierFailure from policy "fail" must propagate.
+        try:
+            return self.score(item.response, item.target, item.metadata)
+        except VerifierFailure:
+            raise
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+            return self._policy(RewardResult(0.0, ok=False, failure=failure))
+
+    def _policy(self, result: RewardResult) -> RewardResult:
+        return apply_failure_policy(result, self.failure_policy, self.name)
+
+    def _run(self, payload: dict[str, Any]) -> RewardResult:
+        last = "no attempt"
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                data = run_request(self._client, self.url, payload, self.timeout_s)
+            except ValueError as exc:
+                return RewardResult(0.0, ok=False, failure=f"executor rejected request: {exc}")
+            except httpx.TimeoutException:
+                last = f"executor timeout after {self.timeout_s}s"
+                continue
+            except httpx.HTTPStatusError as exc:
+                last = f"executor HTTP {exc.response.status_code}"
+                if exc.response.status_code < 500:
+                    break
+                continue
+            except httpx.TransportError as exc:
+                last = f"executor unreachable: {type(exc).__name__}: {exc}"
+                continue
+            return self._result(data)
+        return RewardResult(0.0, ok=False, failure=last)
+
+    def _result(self, data: Mapping[str, Any]) -> RewardResult:
+        results = data.get("results") or []
+        total = len(results)
+        passed = sum(1 for r in results if r.get("passed"))
+        statuses = [r.get("status") for r in results]
+        detail = {
+            "passed": passed,
+            "total": total,
+            "statuses": statuses,
+            "status": data.get("status"),
+            "details": [r.get("detail", "") for r in results if not r.get("passed")][:4],
+        }
+        infra = [r for r in results if str(r.get("detail", "")).startswith("sandbox start failed")]
+        if infra or total == 0:
+            why = infra[0]["detail"] if infra else "executor returned no results"
+            return RewardResult(0.0, ok=False, failure=why, detail=detail)
+        if self.scoring == "fraction":
+            score = passed / total
+        else:
+            score = 1.0 if passed == total else 0.0
+        return RewardResult(score, detail=detail)
+
+    def close(self) -> None:
+        self._client.close()
+        with self._lock:
+            if self._local is not None:
+                self._local.close()
+                self._local = None
+                self._url = None

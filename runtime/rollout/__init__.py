@@ -1,0 +1,1 @@
+"""Rollout orchestration: collections of prompt groups, advantages, filtering, async buffer."""

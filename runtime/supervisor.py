@@ -1,0 +1,193 @@
+"""Child-process supervision: start engines/router, notice deaths, always clean up.
+
+Every child runs in its own process group so that a shutdown reaches its descendants
+(the router and engine servers spawn workers); shutdown is SIGTERM, a grace period, then
+SIGKILL. Output goes to a log file per child under the run's output root so a failure
+message can quote the child's last lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ChildDied(RuntimeError):
+    """A supervised child exited while the run still needed it."""
+
+    def __init__(self, name: str, returncode: int | None, tail: str) -> None:
+        msg = f"{name} exited unexpectedly (exit code {returncode})"
+        if tail:
+            msg += f"; last output:\n{tail}"
+        super().__init__(msg)
+        self.name = name
+        self.returncode = returncode
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes]
+    critical: bool = True
+    expected_exit: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Supervisor:
+    """Owns the run's child processes."""
+
+    log_dir: Path
+    grace_s: float = 10.0
+    children: list[Child] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        critical: bool = True,
+        cwd: str | Path | None = None,
+    ) -> Child:
+        """Spawn ``argv`` in a new session with stdout+stderr to ``<log_dir>/<name>.log``."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name.replace(':', '-')}.log"
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                cwd=None if cwd is None else str(cwd),
+                start_new_session=True,
+            )
+        child = Child(name=name, argv=list(argv), log_path=log_path, proc=proc, critical=critical)
+        with self._lock:
+            self.children.append(child)
+        return child
+
+    def get(self, name: str) -> Child | None:
+        for c in self.children:
+            if c.name == name:
+                return c
+        return None
+
+    def dead(self) -> list[Child]:
+        """Critical children that exited without being asked to."""
+        return [c for c in self.children if c.critical and not c.expected_exit and not c.alive()]
+
+    def check(self) -> None:
+        """Raise `ChildDied` for the first critical child that is gone."""
+        for c in self.dead():
+            raise ChildDied(c.name, c.proc.returncode, c.tail())
+
+    def wait_ready(
+        self,
+        name: str,
+        probe: Callable[[], bool],
+        timeout_s: float,
+        interval_s: float = 0.25,
+    ) -> None:
+        """Poll ``probe`` until it is true; fail fast if the child dies, or on timeout."""
+        child = self.get(name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if child is not None and not child.alive():
+                raise ChildDied(name, child.proc.returncode, child.tail())
+            try:
+                if probe():
+                    return
+            except Exception:  # not up yet
+                pass
+            if time.monotonic() > deadline:
+                tail = child.tail() if child is not None else ""
+                raise TimeoutError(
+                    f"{name} was not ready after {timeout_s:.0f}s"
+                    + (f"; last output:\n{tail}" if tail else "")
+                )
+            time.sleep(interval_s)
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        """Stop one child on purpose (e.g. replacing an engine)."""
+        c = self.get(name)
+        if c is not None:
+            c.expected_exit = True
+            _signal_group(c.proc, sig)
+
+    def shutdown(self) -> None:
+        """Terminate every child (its whole process group); SIGKILL after the grace period."""
+        with self._lock:
+            children = list(self.children)
+        for c in children:
+            c.expected_exit = True
+            if c.alive():
+                _signal_group(c.proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for c in children:
+            remaining = max(0.0, deadline - time.monotonic())
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.proc.wait(timeout=remaining)
+            _signal_group(c.proc, signal.SIGKILL)  # also reaps stragglers in the group
+            try:
+                c.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                print(f"rlc: could not reap {c.name} (pid {c.pid})", file=sys.stderr)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class StopRequested(Exception):
+    """Raised in the main thread by the SIGINT/SIGTERM handler (a graceful stop)."""
+
+
+def install_stop_handlers() -> Callable[[], None]:
+    """First SIGINT/SIGTERM -> `StopRequested` (save and stop); a second one -> exit at once.
+
+    Returns a function that restores the previous handlers.
+    """
+    count = {"n": 0}
+
+    def handler(signum: int, frame: object) -> None:
+        count["n"] += 1
+        if count["n"] > 1:
+            raise SystemExit(130)
+        raise StopRequested(signal.Signals(signum).name)
+
+    prev_int = signal.signal(signal.SIGINT, handler)
+    prev_term = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, prev_int)
+        signal.signal(signal.SIGTERM, prev_term)
+
+    return restore

@@ -1,0 +1,378 @@
+"""The GRPO trainer: one optimizer step over a list of scored samples.
+
+Microbatch is one packed row; gradients accumulate over all rows of the local share of the
+global batch, are summed over data-parallel ranks, clipped, and applied with AdamW. Weights
+and optimizer state stay fp32 (the master copy); on CUDA the forward runs under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
+
+from runtime.models import LoadedModel, load_model, state_checksum
+
+from .distributed import (
+    DistInfo,
+    all_reduce_grads_,
+    all_reduce_scalars,
+    init_distributed,
+    shutdown_distributed,
+)
+from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
+from .packing import IGNORE, PackedRow, pack_samples
+from .schedule import lr_multiplier
+from .types import Sample
+
+DEFAULT_PACKING_MAX_TOKENS = 8192
+
+
+@dataclass
+class TrainerConfig:
+    model_source: str = "builtin:tiny"
+    seed: int = 0
+    device: str = "cpu"
+    lr: float = 1e-6
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 100
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    clip_grad: float | None = 1.0
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sequence_packing: bool = True
+    packing_max_tokens: int | None = None
+    activation_recompute: bool = False
+    bf16_autocast: bool | None = None  # None: on for CUDA, off for CPU
+    router_aux_loss_coef: float | None = None  # None keeps the model config's value
+    router_z_loss_coef: float | None = None
+    expert_parallel: int = 1
+    architecture: str | None = None
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
+        """Build from a loaded manifest (``compiler.manifest.load_manifest``) ``config``."""
+        c = manifest.get("config", manifest)
+        model, trainer = c.get("model", {}), c.get("trainer", {})
+        opt, asy, training = c.get("optimizer", {}), c.get("async", {}), c.get("training", {})
+        runtime = c.get("runtime", {})
+        steps_per = int(opt.get("steps_per_collection", 1) or 1)
+        seed = runtime.get("seed", c.get("data", {}).get("seed", 0))
+        return cls(
+            model_source=str(model.get("source", "builtin:tiny")),
+            seed=int(seed if seed is not None else 0),
+            device=str(trainer.get("device", "cpu")),
+            lr=float(opt.get("lr", 1e-6)),
+            schedule=str(opt.get("schedule", "constant")),
+            warmup_steps=int(opt.get("warmup_steps", 0) or 0),
+            total_steps=int(training.get("num_rollouts", 100)) * steps_per,
+            weight_decay=float(opt.get("weight_decay", 0.0)),
+            adam_beta1=float(opt.get("adam_beta1", 0.9)),
+            adam_beta2=float(opt.get("adam_beta2", 0.95)),
+            adam_eps=float(opt.get("adam_eps", 1e-8)),
+            clip_grad=opt.get("clip_grad", 1.0),
+            grpo=GRPOConfig(
+                eps_clip=float(opt.get("eps_clip", 0.2)),
+                eps_clip_high=float(opt.get("eps_clip_high", 0.28)),
+                kl_coef=float(opt.get("kl_coef", 0.0)),
+                kl_estimator=str(opt.get("kl_estimator", "k3")),
+                entropy_coef=float(opt.get("entropy_coef", 0.0)),
+                off_policy_correction=str(asy.get("off_policy_correction", "none"))
+                if asy.get("enabled", False)
+                else "none",
+                tis_clip=float(asy.get("tis_clip", 2.0)),
+            ),
+            sequence_packing=bool(trainer.get("sequence_packing", True)),
+            packing_max_tokens=trainer.get("packing_max_tokens"),
+            activation_recompute=bool(trainer.get("activation_recompute", False)),
+            router_aux_loss_coef=trainer.get("router_aux_loss_coef"),
+            router_z_loss_coef=trainer.get("router_z_loss_coef"),
+            expert_parallel=int(trainer.get("expert_parallel", 1) or 1),
+            architecture=model.get("architecture"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["grpo"] = dict(vars(self.grpo))
+        return out
+
+
+def _token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, want_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs of ``targets`` (and entropies) from fp32 logits ``(N, V)``."""
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if want_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+class Trainer:
+    """GRPO trainer over an OLMo-core model (see module docstring)."""
+
+    def __init__(self, cfg: TrainerConfig, *, loaded: LoadedModel | None = None) -> None:
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        if cfg.expert_parallel != 1:
+            raise NotImplementedError(
+                "expert parallelism > 1 is not implemented in the trainer yet"
+            )
+        self.dist: DistInfo = init_distributed(cfg.device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        torch.manual_seed(cfg.seed)
+        self.loaded = loaded or load_model(
+            cfg.model_source, device="cpu", seed=cfg.seed, architecture=cfg.architecture
+        )
+        self.model = self.loaded.model
+        self._configure_router_losses()
+        self.ref_model: torch.nn.Module | None = None
+        if cfg.grpo.kl_coef > 0:
+            self.ref_model = copy.deepcopy(self.model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+            self.ref_model.to(self.device)
+        if cfg.activation_recompute:
+            self._apply_activation_recompute()
+        self.model.to(self.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        decay = [p for p in self.params if p.ndim >= 2]
+        no_decay = [p for p in self.params if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+            foreach=self.device.type == "cuda",
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lr_multiplier(
+                cfg.schedule,
+                warmup_steps=cfg.warmup_steps,
+                total_steps=cfg.total_steps,
+                min_ratio=cfg.min_lr_ratio,
+            ),
+        )
+        self.step = 0
+        self.policy_version = 0
+        autocast = (
+            cfg.bf16_autocast if cfg.bf16_autocast is not None else self.device.type == "cuda"
+        )
+        self.autocast_dtype = torch.bfloat16 if autocast else None
+
+    # ------------------------------------------------------------------ setup helpers
+    def _configure_router_losses(self) -> None:
+        from olmo_core.nn.moe.router import MoERouter
+
+        for module in self.model.modules():
+            if isinstance(module, MoERouter):
+                if self.cfg.router_aux_loss_coef is not None:
+                    module.lb_loss_weight = self.cfg.router_aux_loss_coef or None
+                if self.cfg.router_z_loss_coef is not None:
+                    module.z_loss_weight = self.cfg.router_z_loss_coef or None
+
+    def _apply_activation_recompute(self) -> None:
+        if self.loaded.family == "dense":
+            self.model.apply_activation_checkpointing(TransformerActivationCheckpointingMode.full)
+        else:  # OLMo-core cannot wrap whole MoE blocks; recompute the attention modules
+            self.model.apply_activation_checkpointing(
+                TransformerActivationCheckpointingMode.selected_modules,
+                modules=["blocks.*.attention"],
+            )
+
+    @property
+    def rank(self) -> int:
+        return self.dist.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.world_size
+
+    def topology(self) -> dict[str, Any]:
+        return {
+            "world_size": self.world_size,
+            "expert_parallel": self.cfg.expert_parallel,
+            "device_kind": self.device.type,
+        }
+
+    def _rows(self, samples: Sequence[Sample]) -> list[PackedRow]:
+        max_tokens = None
+        if self.cfg.sequence_packing:
+            max_tokens = self.cfg.packing_max_tokens or DEFAULT_PACKING_MAX_TOKENS
+        return pack_samples(samples, max_tokens)
+
+    def _forward_selected(
+        self, model: torch.nn.Module, row: PackedRow, want_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Logprobs at the positions that predict response tokens; also returns positions."""
+        ids = row.input_ids.to(self.device).unsqueeze(0)
+        pos = (row.targets != IGNORE).nonzero(as_tuple=True)[0].to(self.device)
+        with torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        ):
+            logits = model(ids, **row.model_kwargs(self.device))
+        sel = logits[0].index_select(0, pos)
+        targets = row.targets.to(self.device).index_select(0, pos)
+        logp, ent = _token_logprobs(sel, targets, want_entropy)
+        return logp, ent, pos
+
+    # ------------------------------------------------------------------ public API
+    @torch.no_grad()
+    def compute_logprobs(self, samples: Sequence[Sample]) -> list[torch.Tensor]:
+        """Per-sample logprobs (CPU fp32) of the response tokens under the current weights."""
+        was_training = self.model.training
+        self.model.eval()
+        out: list[torch.Tensor] = [torch.empty(0) for _ in samples]
+        try:
+            for row in self._rows(samples):
+                logp, _, pos = self._forward_selected(self.model, row, want_entropy=False)
+                owners = row.sample_index.to(self.device).index_select(0, pos)
+                for i in row.samples:
+                    out[i] = logp[owners == i].float().cpu()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One optimizer step over this rank's share of the global batch; returns metrics."""
+        t0 = time.perf_counter()
+        cfg = self.cfg.grpo
+        self.model.train()
+        rows = self._rows(samples)
+        local_tokens = float(sum(float(r.loss_mask.sum()) for r in rows))
+        counts = all_reduce_scalars(
+            {"tokens": local_tokens, "samples": float(len(samples))}, self.device
+        )
+        divisor = max(counts["tokens"], 1.0)
+        want_entropy = True
+        sums = {k: 0.0 for k in (*METRIC_SUMS, "rollout_tokens")}
+        ratio_max, ratio_min = -math.inf, math.inf
+        seq_tokens = 0
+        for row in rows:
+            logp, ent, pos = self._forward_selected(self.model, row, want_entropy)
+            ref_logp = None
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref_logp, _, _ = self._forward_selected(self.ref_model, row, False)
+
+            def at(t: torch.Tensor, pos: torch.Tensor = pos) -> torch.Tensor:
+                return t.to(self.device).index_select(0, pos)
+
+            loss, msums = grpo_loss(
+                logp,
+                advantages=at(row.advantages),
+                mask=at(row.loss_mask),
+                old_logp=at(row.old_logprobs),
+                rollout_logp=at(row.rollout_logprobs),
+                ref_logp=ref_logp,
+                entropy=ent,
+                cfg=cfg,
+                token_divisor=divisor,
+            )
+            loss.backward()
+            seq_tokens += row.num_tokens
+            for k, v in msums.items():
+                if k == "ratio_max":
+                    ratio_max = max(ratio_max, float(v))
+                elif k == "ratio_min":
+                    ratio_min = min(ratio_min, float(v))
+                else:
+                    sums[k] += float(v)
+        all_reduce_grads_(self.params)
+        grad_norm = float("nan")
+        if self.cfg.clip_grad:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad))
+        else:
+            grads = [p.grad.detach().norm() for p in self.params if p.grad is not None]
+            grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.policy_version += 1
+
+        sums["seq_tokens"] = float(seq_tokens)
+        sums["rows"] = float(len(rows))
+        sums["lag_sum"] = float(sum(self.policy_version - 1 - s.policy_version for s in samples))
+        sums = all_reduce_scalars(sums, self.device)
+        rmax = all_reduce_scalars({"v": ratio_max}, self.device, op="max")["v"]
+        rmin = all_reduce_scalars({"v": ratio_min}, self.device, op="min")["v"]
+        elapsed = time.perf_counter() - t0
+        n = divisor
+        metrics = {k: sums[k] / n for k in METRIC_SUMS if k != "logprob_abs_diff"}
+        metrics["logprob_abs_diff"] = sums["logprob_abs_diff"] / max(sums["rollout_tokens"], 1.0)
+        metrics.update(
+            ratio_max=rmax if math.isfinite(rmax) else 1.0,
+            ratio_min=rmin if math.isfinite(rmin) else 1.0,
+            grad_norm=grad_norm,
+            lr=lr,
+            response_tokens=counts["tokens"],
+            tokens=sums["seq_tokens"],
+            samples=counts["samples"],
+            rows=sums["rows"],
+            mean_policy_lag=sums["lag_sum"] / max(counts["samples"], 1.0),
+            step=float(self.step),
+            policy_version=float(self.policy_version),
+            step_time_s=elapsed,
+            tokens_per_s=sums["seq_tokens"] / max(elapsed, 1e-9),
+        )
+        return metrics
+
+    def state_dict_for_publication(
+        self, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+    ) -> dict[str, torch.Tensor]:
+        """Current weights under OLMo-core names (what ``load_model``/engines consume)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, t in self.model.state_dict().items():
+            name = name.replace("._checkpoint_wrapped_module", "")
+            t = t.detach()
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            out[name] = t.to(device)
+        return out
+
+    def publication_checksum(self, *, dtype: torch.dtype | None = None) -> str:
+        return state_checksum(self.state_dict_for_publication(dtype=dtype))
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "policy_version": self.policy_version,
+        }
+
+    def load_checkpoint_state(
+        self, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any]
+    ) -> None:
+        """Restore weights (OLMo-core names) and optimizer/scheduler/counters."""
+        target = self.model
+        own = {k.replace("._checkpoint_wrapped_module", ""): k for k in target.state_dict()}
+        mapped = {own.get(k, k): v for k, v in model_state.items()}
+        target.load_state_dict(mapped, strict=True)
+        self.optimizer.load_state_dict(trainer_state["optimizer"])
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        self.step = int(trainer_state["step"])
+        self.policy_version = int(trainer_state["policy_version"])
+
+    def close(self) -> None:
+        shutdown_distributed(self.dist)

@@ -1,0 +1,259 @@
+"""Scheduler, sampling and weight reload of the embedded engine (in-process, no HTTP)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("olmo_core")
+
+from runtime.engines.embedded.engine import (  # noqa: E402
+    Engine,
+    decode_routed_experts,
+    state_checksum,
+)
+from runtime.engines.embedded.sampling import BadRequest, SamplingParams, sample  # noqa: E402
+from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return build_tiny("dense", seed=7)
+
+
+def _engine(loaded, **kw):
+    kw.setdefault("max_running_requests", 4)
+    kw.setdefault("context_length", 128)
+    eng = Engine(loaded, model_path="test", **kw)
+    eng.start()
+    return eng
+
+
+def _run(eng, prompts, params, **kw):
+    """Submit all at once, wait for all; returns results in order."""
+    results: list = [None] * len(prompts)
+    done = threading.Event()
+    left = [len(prompts)]
+    lock = threading.Lock()
+
+    def cb(i):
+        def f(res):
+            results[i] = res
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+        return f
+
+    reqs = [
+        eng.make_request(p, params[i] if isinstance(params, list) else params, cb(i), **kw)
+        for i, p in enumerate(prompts)
+    ]
+    for r in reqs:
+        eng.submit(r)
+    assert done.wait(60), "engine did not finish"
+    return results
+
+
+def test_continuous_batching_matches_one_at_a_time(loaded):
+    """Ten greedy requests through 4 slots (admitted as others finish) give the same
+    tokens as running each alone: batching and slot compaction do not leak state."""
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 128, (int(n),), generator=gen).tolist() for n in range(3, 13)]
+    params = [SamplingParams(max_new_tokens=4 + i % 5, temperature=0.0) for i in range(10)]
+    eng = _engine(loaded)
+    try:
+        together = _run(eng, prompts, params, return_logprob=True)
+        alone = [_run(eng, [p], [sp], return_logprob=True)[0] for p, sp in zip(prompts, params, strict=True)]
+    finally:
+        eng.stop()
+    for a, b, sp in zip(together, alone, params, strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        assert len(a["output_ids"]) == sp.max_new_tokens
+        assert a["meta_info"]["finish_reason"] == {"type": "length", "length": sp.max_new_tokens}
+        lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+        lp_b = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
+        assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4
+    assert eng.stats["num_decode_steps"] > 0
+
+
+def test_greedy_logprobs_are_model_logprobs(loaded):
+    eng = _engine(loaded)
+    try:
+        res = _run(eng, [[5, 6, 7]], SamplingParams(max_new_tokens=3, temperature=0.0), return_logprob=True)[0]
+    finally:
+        eng.stop()
+    ids = [5, 6, 7] + res["output_ids"]
+    with torch.no_grad():
+        ref = torch.log_softmax(loaded.model(torch.tensor([ids]))[0], dim=-1)
+    for k, (lp, tok, _) in enumerate(res["meta_info"]["output_token_logprobs"]):
+        assert tok == int(ref[2 + k].argmax())
+        assert abs(lp - float(ref[2 + k, tok])) < 1e-4
+
+
+def test_seeded_sampling_reproduces_and_seeds_differ(loaded):
+    eng = _engine(loaded, seed=3)
+    try:
+        sp = [SamplingParams(max_new_tokens=12, temperature=1.0, sampling_seed=s) for s in (1, 1, 2)]
+        a = _run(eng, [[1, 2, 3]] * 3, sp)
+        # alone (different batch composition) with the same seed: same tokens
+        b = _run(eng, [[1, 2, 3]], [sp[0]])[0]
+    finally:
+        eng.stop()
+    assert a[0]["output_ids"] == a[1]["output_ids"] == b["output_ids"]
+    assert a[0]["output_ids"] != a[2]["output_ids"]
+
+
+def test_stop_token_and_stop_string(loaded):
+    eng = _engine(loaded)
+    try:
+        free = _run(eng, [[9, 8, 7]], SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True))[0]
+        ids = free["output_ids"]
+        stop_tok = ids[2]
+        first = ids.index(stop_tok)
+        by_token = _run(
+            eng, [[9, 8, 7]], SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop_tok], ignore_eos=True)
+        )[0]
+        text = loaded.tokenizer.decode(ids)
+        assert len(text) >= 2
+        stop_str = text[-2:]
+        by_string = _run(
+            eng,
+            [[9, 8, 7]],
+            SamplingParams(max_new_tokens=6, temperature=0.0, stop=[stop_str], ignore_eos=True),
+        )[0]
+    finally:
+        eng.stop()
+    assert by_token["output_ids"] == ids[: first + 1]
+    assert by_token["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_tok}
+    assert by_string["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_str}
+    assert stop_str not in by_string["text"]
+    assert text.startswith(by_string["text"])
+
+
+def test_token_budget_limits_concurrency(loaded):
+    """max_total_tokens 40 with requests reserving 3+16=19 tokens: at most 2 run at once."""
+    eng = _engine(loaded, max_total_tokens=40)
+    peak = [0]
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], eng.load()["num_running_reqs"])
+            time.sleep(0.001)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        res = _run(eng, [[1, 2, 3]] * 5, SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True))
+    finally:
+        stop.set()
+        t.join()
+        eng.stop()
+    assert all(len(r["output_ids"]) == 16 for r in res)
+    assert 1 <= peak[0] <= 2
+
+
+def test_abort_running_and_waiting(loaded):
+    eng = _engine(loaded, max_running_requests=1, context_length=1024)
+    results: dict[str, dict] = {}
+    done = threading.Event()
+
+    def cb(res):
+        results[res["meta_info"]["id"]] = res
+        if len(results) == 2:
+            done.set()
+
+    long = SamplingParams(max_new_tokens=1000, temperature=0.0, ignore_eos=True)
+    try:
+        for rid in ("a", "b"):
+            eng.submit(eng.make_request([1, 2], long, cb, rid=rid))
+        time.sleep(0.05)
+        eng.abort("b")  # waiting (one slot)
+        eng.abort("a")  # running
+        assert done.wait(30)
+    finally:
+        eng.stop()
+    for rid in ("a", "b"):
+        assert results[rid]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert len(results["a"]["output_ids"]) < 1000
+
+
+def test_weight_update_from_safetensors(tmp_path, loaded):
+    from safetensors.torch import save_file
+
+    other = build_tiny("dense", seed=99)
+    state = {k: v.contiguous() for k, v in other.model.state_dict().items()}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    fresh = build_tiny("dense", seed=7)
+    eng = _engine(fresh)
+    try:
+        sp = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
+        before = _run(eng, [[3, 4, 5]], sp)[0]
+        assert eng.checksum() == state_checksum(loaded.model.state_dict())
+        res = eng.update_weights(str(tmp_path), version="v2", abort_all=False)
+        assert res["success"], res
+        after = _run(eng, [[3, 4, 5]], sp)[0]
+        bad = eng.update_weights(str(tmp_path / "nope"), version="v3", abort_all=False)
+    finally:
+        eng.stop()
+    assert eng.checksum() == state_checksum(other.model.state_dict())
+    assert after["meta_info"]["weight_version"] == "v2"
+    assert before["meta_info"]["weight_version"] == "0"
+    assert after["output_ids"] != before["output_ids"]
+    assert not bad["success"] and eng.weight_version == "v2"
+
+
+def test_moe_routed_experts_cover_prompt_and_output():
+    moe = build_tiny("moe", seed=1)
+    eng = _engine(moe)
+    try:
+        res = _run(
+            eng, [[1, 2, 3, 4]], SamplingParams(max_new_tokens=5, temperature=0.0, ignore_eos=True),
+            return_routed_experts=True,
+        )[0]
+    finally:
+        eng.stop()
+    arr = decode_routed_experts(res["meta_info"]["routed_experts"], num_layers=2, top_k=2)
+    assert arr.shape == (4 + 5 - 1, 2, 2)
+    assert int(arr.min()) >= 0 and int(arr.max()) < 8
+
+
+def test_request_validation(loaded):
+    eng = Engine(loaded, model_path="t", max_running_requests=1, context_length=16)
+    with pytest.raises(BadRequest):
+        eng.make_request([], SamplingParams(), print)
+    with pytest.raises(BadRequest):
+        eng.make_request([500], SamplingParams(), print)
+    with pytest.raises(BadRequest):
+        eng.make_request(list(range(1, 17)), SamplingParams(), print)
+    req = eng.make_request([1, 2, 3], SamplingParams(max_new_tokens=100), print)
+    assert req.max_new == 13  # clipped to the context length
+    for bad in ({"top_p": 0}, {"top_k": 0}, {"temperature": -1}, {"bogus": 1}, {"regex": "a"}):
+        with pytest.raises(BadRequest):
+            SamplingParams.from_json(bad)
+    assert SamplingParams.from_json({"stop": "x"}).stop == ["x"]
+
+
+def test_sampler_truncation():
+    logits = torch.tensor([[0.0, 5.0, 4.9, -3.0]] * 3)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.0, top_k=1),
+        SamplingParams(temperature=1.0, top_p=0.3),
+    ]
+    for _ in range(20):
+        toks, lps = sample(logits, params, gens)
+        assert toks.tolist() == [1, 1, 1]
+    # top_k=2 only ever yields the two best tokens
+    seen = set()
+    for i in range(200):
+        toks, lps = sample(logits[:1], [SamplingParams(top_k=2)], [torch.Generator().manual_seed(i)])
+        seen.add(int(toks[0]))
+        assert lps[0] <= 0
+    assert seen == {1, 2}

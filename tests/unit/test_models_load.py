@@ -1,0 +1,122 @@
+"""load_model sources, seeding, weights files and checksums, MoE on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("olmo_core")
+
+from runtime.models import (  # noqa: E402
+    ModelLoadError,
+    load_model,
+    load_safetensors,
+    save_native,
+    save_safetensors,
+    state_checksum,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("builtin:tiny", seed=3)
+
+
+def test_builtin_tiny_shape(tiny) -> None:
+    assert tiny.family == "dense"
+    assert tiny.config.vocab_size == tiny.tokenizer.vocab_size
+    assert tiny.config.d_model == 64 and tiny.config.n_layers == 2
+    x = torch.randint(0, tiny.tokenizer.vocab_size, (1, 10))
+    with torch.no_grad():
+        assert tiny.model(x).shape == (1, 10, tiny.tokenizer.vocab_size)
+
+
+def test_seeded_init_is_deterministic(tiny) -> None:
+    again = load_model("builtin:tiny", seed=3)
+    other = load_model("builtin:tiny", seed=4)
+    c = state_checksum(tiny.model.state_dict())
+    assert state_checksum(again.model.state_dict()) == c
+    assert state_checksum(other.model.state_dict()) != c
+
+
+def test_builtin_overrides_and_errors() -> None:
+    lm = load_model("builtin:tiny?n_layers=3")
+    assert lm.config.n_layers == 3
+    with pytest.raises(ModelLoadError, match="unknown builtin"):
+        load_model("builtin:nope")
+    with pytest.raises(ModelLoadError, match="bad builtin override"):
+        load_model("builtin:tiny?colour=3")
+    with pytest.raises(ModelLoadError, match="architecture"):
+        load_model("builtin:tiny", architecture="moe")
+    with pytest.raises(ModelLoadError, match="neither"):
+        load_model("/definitely/not/here")
+
+
+def test_checksum_sensitivity() -> None:
+    a = {"w": torch.zeros(2, 3), "b": torch.ones(3)}
+    base = state_checksum(a)
+    assert base.startswith("sha256:")
+    assert state_checksum(dict(reversed(list(a.items())))) == base  # order independent
+    assert state_checksum({"w": torch.zeros(3, 2), "b": torch.ones(3)}) != base  # shape
+    assert state_checksum({"w": torch.zeros(2, 3).bfloat16(), "b": torch.ones(3)}) != base  # dtype
+    assert state_checksum({"w2": torch.zeros(2, 3), "b": torch.ones(3)}) != base  # name
+    b = {"w": torch.zeros(2, 3), "b": torch.ones(3)}
+    b["w"][1, 2] = 1e-30
+    assert state_checksum(b) != base  # bytes
+
+
+def test_safetensors_round_trip_bf16_and_tied(tmp_path) -> None:
+    w = torch.randn(4, 4)
+    state = {"emb": w, "head": w, "n": torch.randn(4).bfloat16()}  # aliased like tied weights
+    save_safetensors(state, tmp_path)
+    back = load_safetensors(tmp_path)
+    assert state_checksum(back) == state_checksum(state)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_native_round_trip(tiny, tmp_path) -> None:
+    save_native(tiny, tmp_path)
+    again = load_model(str(tmp_path))
+    assert again.family == "dense"
+    assert state_checksum(again.model.state_dict()) == state_checksum(tiny.model.state_dict())
+    assert again.tokenizer.encode("3+4=") == tiny.tokenizer.encode("3+4=")
+
+
+@pytest.mark.parametrize("name,family", [("tiny-moe", "moe"), ("tiny-hybrid-moe", "hybrid_moe")])
+def test_moe_runs_on_cpu(name: str, family: str) -> None:
+    lm = load_model(f"builtin:{name}")
+    assert lm.family == family
+    lm.model.train()
+    x = torch.randint(0, lm.tokenizer.vocab_size, (2, 12))
+    out = lm.model(x)
+    assert torch.isfinite(out).all()
+    out.float().pow(2).mean().backward()
+    router_grads = [
+        p.grad for n, p in lm.model.named_parameters() if "router" in n and p.grad is not None
+    ]
+    assert router_grads and any(g.abs().sum() > 0 for g in router_grads)
+
+
+def test_cpu_binned_ops_match_reference() -> None:
+    from runtime.models.moe_cpu import binned_gather_torch, binned_scatter_torch
+
+    torch.manual_seed(0)
+    tokens, top_k, experts, cap, d = 6, 2, 3, 3, 4
+    x = torch.randn(tokens, d)
+    expert_idx = torch.randint(0, experts, (tokens * top_k,))
+    weights = torch.rand(tokens * top_k)
+    indices = torch.argsort(expert_idx, stable=True)
+    bins = torch.cumsum(torch.bincount(expert_idx, minlength=experts), 0)
+    g = binned_gather_torch(x, indices, bins, cap, top_k)
+    ref = torch.zeros(tokens, d)
+    start = 0
+    for e in range(experts):
+        end = int(bins[e])
+        for j, pos in enumerate(range(start, end)):
+            flat = int(indices[pos])
+            if j < cap:
+                assert torch.equal(g[e, j], x[flat // top_k])
+                ref[flat // top_k] += weights[flat] * x[flat // top_k] * 2
+        start = end
+    out = binned_scatter_torch(g * 2, indices, weights, bins, top_k)
+    assert torch.allclose(out, ref, atol=1e-6)
