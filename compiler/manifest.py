@@ -96,6 +96,8 @@ def build_manifest(result: CompileResult) -> dict[str, Any]:
         "config": config,
         "provenance": {k: v.to_json() for k, v in sorted(resolved.provenance.items())},
         "plan": resolved.plan,
+        # derived facts the rules read (e.g. /weka paths seen); `rlc lint` re-runs rules on them
+        "facts": resolved.facts,
         "commands": {
             "engine_argv": engine_argv(config, resolved.plan, resolved.paths),
             "trainer_argv": trainer_argv(),
@@ -134,8 +136,10 @@ def write_manifest(manifest: dict[str, Any], path: str | Path) -> Path:
                 "manifest-exists",
                 f"{path} already holds a different manifest ({old_digest}); manifests are "
                 f"immutable and are never overwritten (new digest {manifest.get('digest')})",
-                help=("compile to another directory with -o, change `name`, or delete the old "
-                      "build directory if it is no longer needed",),
+                help=(
+                    "compile to another directory with -o, change `name`, or delete the old "
+                    "build directory if it is no longer needed",
+                ),
             )
         )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,16 +176,33 @@ def verify_manifest(manifest: Any, where: str = "manifest") -> list[Diagnostic]:
         return [err("manifest-invalid", "is not a JSON object")]
     out: list[Diagnostic] = []
     if manifest.get("manifest_version") != MANIFEST_VERSION:
-        out.append(err("manifest-version", f"manifest_version {manifest.get('manifest_version')!r} "
-                       f"is not supported (expected {MANIFEST_VERSION})", "recompile the spec"))
+        out.append(
+            err(
+                "manifest-version",
+                f"manifest_version {manifest.get('manifest_version')!r} "
+                f"is not supported (expected {MANIFEST_VERSION})",
+                "recompile the spec",
+            )
+        )
     if manifest.get("schema_version") != SCHEMA_VERSION:
-        out.append(err("manifest-version", f"schema_version {manifest.get('schema_version')!r} "
-                       f"is not supported (expected {SCHEMA_VERSION})", "recompile the spec"))
+        out.append(
+            err(
+                "manifest-version",
+                f"schema_version {manifest.get('schema_version')!r} "
+                f"is not supported (expected {SCHEMA_VERSION})",
+                "recompile the spec",
+            )
+        )
     compiler = manifest.get("compiler")
     version = compiler.get("version") if isinstance(compiler, dict) else None
     if not isinstance(version, str) or version.split(".")[0] != __version__.split(".")[0]:
-        out.append(err("manifest-version", f"was written by compiler {version!r}, which this "
-                       f"rlc {__version__} cannot read", "recompile the spec with this rlc"))
+        out.append(
+            err(
+                "manifest-version",
+                f"was written by compiler {version!r}, which this rlc {__version__} cannot read",
+                "recompile the spec with this rlc",
+            )
+        )
     claimed = manifest.get("digest")
     body = {k: v for k, v in manifest.items() if k != "digest"}
     try:
@@ -190,9 +211,14 @@ def verify_manifest(manifest: Any, where: str = "manifest") -> list[Diagnostic]:
         out.append(err("manifest-invalid", f"is not canonical JSON: {exc}"))
         return out
     if claimed != actual:
-        out.append(err("manifest-digest", f"digest mismatch: the file says {claimed!r} but its "
-                       f"content hashes to {actual!r}; it was modified after compilation",
-                       "recompile the spec instead of editing a manifest"))
+        out.append(
+            err(
+                "manifest-digest",
+                f"digest mismatch: the file says {claimed!r} but its "
+                f"content hashes to {actual!r}; it was modified after compilation",
+                "recompile the spec instead of editing a manifest",
+            )
+        )
     for key in ("config", "plan", "commands", "paths", "provenance"):
         if not isinstance(manifest.get(key), dict):
             out.append(err("manifest-invalid", f"missing or invalid `{key}`"))
@@ -206,7 +232,9 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as exc:
         raise DiagnosticError(
-            Diagnostic("error", "manifest-io", f"cannot read manifest {path}: {exc.strerror or exc}")
+            Diagnostic(
+                "error", "manifest-io", f"cannot read manifest {path}: {exc.strerror or exc}"
+            )
         ) from exc
     try:
         manifest = json.loads(data.decode("utf-8"))

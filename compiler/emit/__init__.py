@@ -1,1 +1,30 @@
 """Emitters: Beaker experiment specs (validated by `beaker_model`), docs, schemas."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def emit_artifacts(manifest: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Write ``beaker/*.yaml`` beside a manifest. Pure function of the manifest, written
+    atomically; an unchanged file is left alone."""
+    from compiler.emit.beaker import render_beaker
+    from compiler.manifest import manifest_bytes
+
+    text = manifest_bytes(dict(manifest)).decode("utf-8")
+    written: list[Path] = []
+    beaker_dir = Path(out_dir) / "beaker"
+    beaker_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in render_beaker(manifest, text).files.items():
+        target = beaker_dir / name
+        if target.exists() and target.read_text(encoding="utf-8") == body:
+            written.append(target)
+            continue
+        tmp = target.with_name(f".{name}.{os.getpid()}.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, target)
+        written.append(target)
+    return written

@@ -20,7 +20,6 @@ import jinja2
 import yaml
 
 from compiler import __version__
-from compiler.diagnostics import Diagnostic, DiagnosticError
 from compiler.resources import templates_dir
 
 MANIFEST_PATH = "/rlc/manifest.json"
@@ -233,19 +232,9 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
 
 
 def validate_beaker_yaml(text: str, name: str = "beaker spec") -> dict[str, Any]:
-    """Parse and validate one rendered spec against our Beaker v2 model and JSON Schema."""
-    from compiler.emit.beaker_model import ExperimentSpec  # noqa: PLC0415 - keep import lazy
+    """Parse and validate one rendered spec against our Beaker v2 model."""
+    from compiler.emit.beaker_model import validate_beaker_spec
 
     data = yaml.safe_load(text)
-    try:
-        ExperimentSpec.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError
-        raise DiagnosticError(
-            Diagnostic(
-                "error",
-                "beaker-spec-invalid",
-                f"generated {name} does not satisfy the Beaker v2 model: {exc}",
-                help=("this is a bug in rlc's templates; please report it",),
-            )
-        ) from exc
+    validate_beaker_spec(data, source=f"generated {name}")
     return dict(data)

@@ -10,7 +10,9 @@ from compiler.spec._base import Section, fld
 
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 SecretName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-Duration = Annotated[str, StringConstraints(pattern=r"^(0|[0-9]+(\.[0-9]+)?(s|m|h|d)([0-9]+(s|m|h))*)$")]
+Duration = Annotated[
+    str, StringConstraints(pattern=r"^(0|[0-9]+(\.[0-9]+)?(s|m|h|d)([0-9]+(s|m|h))*)$")
+]
 
 # Names the launcher and runtime own; a spec may not set them.
 RESERVED_ENV = frozenset(
@@ -47,9 +49,7 @@ CREDENTIAL_SUFFIXES = (
 
 class WekaMount(Section):
     weka: str = fld(description="WEKA filesystem (bucket) name", min_length=1)
-    mount_path: str = fld(
-        description="absolute mount point", pattern=r"^/[^/].*$"
-    )
+    mount_path: str = fld(description="absolute mount point", pattern=r"^/[^/].*$")
 
 
 class Coordination(Section):
@@ -66,13 +66,15 @@ class LaunchSection(Section):
     )
     min_runtime: Duration = fld("0s", description="Beaker protected minimum runtime (e.g. 1h)")
     timeout: Duration = fld("3h", description="Beaker task timeout (0 = none)")
-    auto_resume: bool = fld(True, description="let Beaker restart the job; it resumes from the newest checkpoint")
+    auto_resume: bool = fld(
+        True, description="let Beaker restart the job; it resumes from the newest checkpoint"
+    )
     max_retries: int = fld(-1, description="restarts allowed (-1: no cap)", ge=-1)
     gpus_per_replica: int | None = fld(
         None,
-        description="physical GPUs per Beaker replica (node)",
-        derived="8 when more than one node is needed, else the GPUs the run uses (at least 1)",
-        ge=1,
+        description="physical GPUs per Beaker replica (node); 0 for a CPU-only run",
+        derived="8 when more than one node is needed, else the GPUs the run uses",
+        ge=0,
         le=8,
     )
     gpu_memory_gib: float = fld(
