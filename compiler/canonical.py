@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any
 
 
@@ -16,29 +15,29 @@ class CanonicalError(ValueError):
     pass
 
 
-def _check(value: Any, where: str) -> None:
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CanonicalError(f"{where}: {value!r} is not representable in canonical JSON")
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise CanonicalError(f"{where}: key {k!r} is not a string")
-            _check(v, f"{where}.{k}")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check(v, f"{where}[{i}]")
-        return
-    raise CanonicalError(f"{where}: {type(value).__name__} is not a JSON type")
+def _refuse(value: Any) -> Any:
+    raise CanonicalError(f"{type(value).__name__} is not a JSON type")
 
 
-def canonical_bytes(value: Any) -> bytes:
-    _check(value, "$")
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def canonical_bytes(value: Any, *, check: bool = True) -> bytes:
+    """The canonical encoding. Non-JSON types and NaN/infinity raise `CanonicalError`.
+
+    ``check=False`` is accepted for data that came from ``loads_strict`` (already JSON);
+    the encoder refuses bad values either way, so it costs nothing extra.
+    """
+    try:
+        text = json.dumps(
+            value,
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+            default=_refuse,
+        )
+    except CanonicalError:
+        raise
+    except (ValueError, TypeError) as exc:  # NaN / infinity; mixed key types
+        raise CanonicalError(str(exc)) from exc
     return (text + "\n").encode("utf-8")
 
 
@@ -46,5 +45,14 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def digest_of(value: Any) -> str:
-    return "sha256:" + sha256_hex(canonical_bytes(value))
+def digest_of(value: Any, *, check: bool = True) -> str:
+    return "sha256:" + sha256_hex(canonical_bytes(value, check=check))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise CanonicalError(f"{name} is not representable in canonical JSON")
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """json.loads that refuses NaN/Infinity, so its result needs no canonical type walk."""
+    return json.loads(data, parse_constant=_refuse_constant)

@@ -165,8 +165,18 @@ def _digest_in(data: bytes) -> str:
         return "unreadable"
 
 
-def verify_manifest(manifest: Any, where: str = "manifest") -> list[Diagnostic]:
-    """Problems with a loaded manifest object: shape, versions, digest."""
+def verify_manifest(
+    manifest: Any,
+    where: str = "manifest",
+    *,
+    trusted: bool = False,
+    actual_digest: str | None = None,
+) -> list[Diagnostic]:
+    """Problems with a loaded manifest object: shape, versions, digest.
+
+    ``trusted``: the object came from ``canonical.loads_strict`` (skip the type walk);
+    ``actual_digest``: the body's digest when the caller already computed it (lint).
+    """
     from compiler import __version__
 
     def err(code: str, msg: str, *help_: str) -> Diagnostic:
@@ -206,7 +216,7 @@ def verify_manifest(manifest: Any, where: str = "manifest") -> list[Diagnostic]:
     claimed = manifest.get("digest")
     body = {k: v for k, v in manifest.items() if k != "digest"}
     try:
-        actual = digest_of(body)
+        actual = actual_digest or digest_of(body, check=not trusted)
     except CanonicalError as exc:
         out.append(err("manifest-invalid", f"is not canonical JSON: {exc}"))
         return out

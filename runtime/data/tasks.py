@@ -338,25 +338,32 @@ def load_code(entry: Mapping[str, Any], seed: int) -> TaskData:
 # --- generated tasks ----------------------------------------------------------------------
 
 
-def _gen_counts(entry: Mapping[str, Any], default_train: int, default_eval: int) -> tuple[int, int]:
+def _gen_counts(entry: Mapping[str, Any], default_train: int) -> tuple[int, int]:
+    """Counts for generated tasks: train defaults per task, eval defaults to none."""
     tc = entry.get("train_count")
     ec = entry.get("eval_count")
     tc = default_train if tc is None else int(tc)
-    ec = default_eval if ec is None else int(ec)
+    ec = 0 if ec is None else int(ec)
     if tc < 0 or ec < 0:
         raise DataError("train_count and eval_count must be >= 0")
     return tc, ec
 
 
+def _builtin_one_token(answer: str) -> bool:
+    """The builtin tokenizer has single tokens for 0..18 (every sum of two digits)."""
+    return answer.isdigit() and int(answer) <= 18
+
+
 def arithmetic_problems(
     allow_subtraction: bool = False, one_token: Callable[[str], bool] | None = None
 ) -> list[tuple[str, str]]:
-    """All single-digit problems whose answer is one token.
+    """All single-digit problems ``a+b=`` (and ``a-b=``) whose answer is one token.
 
-    Without a tokenizer predicate, "one token" means one digit (answers 0-9), which is one
-    token in every tokenizer that has digit tokens.
+    ``one_token`` defaults to the builtin tokenizer's rule (0..18 are single tokens; a
+    negative answer is two tokens, so subtraction keeps ``a >= b``). Pass a predicate built
+    from another tokenizer to filter for it instead.
     """
-    ok = one_token or (lambda s: len(s) == 1 and s.isdigit())
+    ok = one_token or _builtin_one_token
     out = []
     for a in range(10):
         for b in range(10):
@@ -372,7 +379,7 @@ def load_arithmetic(
 ) -> TaskData:
     """Seeded draws (with replacement) from the one-token single-digit problems."""
     problems = arithmetic_problems(bool(entry.get("allow_subtraction", False)), one_token)
-    tc, ec = _gen_counts(entry, len(problems), min(32, len(problems)))
+    tc, ec = _gen_counts(entry, len(problems))
     wrapper = resolve_wrapper(entry.get("prompt_wrapper"), "arithmetic")
 
     def draw(split: str, n: int) -> list[Prompt]:
@@ -406,7 +413,7 @@ def load_multiplication(entry: Mapping[str, Any], seed: int) -> TaskData:
     if len(digits) != 2 or not all(isinstance(d, int) and 1 <= d <= 18 for d in digits):
         raise DataError(f"multiplication digits must be two integers 1..18, got {digits!r}")
     n, m = digits
-    tc, ec = _gen_counts(entry, 1000, 100)
+    tc, ec = _gen_counts(entry, 1000)
     wrapper = resolve_wrapper(entry.get("prompt_wrapper"), "multiplication")
 
     def num(rng: random.Random, d: int) -> int:

@@ -5,7 +5,8 @@ first use), ``workers`` (local executor, 2), ``concurrency`` (parallel requests,
 ``timeout_s`` (per request, 120), ``retries`` (2, on connection errors and 5xx),
 ``backoff_s`` (0.5), ``scoring`` (``all_or_nothing`` | ``fraction``), ``limits`` (passed to
 the executor: wall_s, cpu_s, memory_mb, max_processes, output_bytes), ``failure_policy``
-(``zero`` | ``fail``), ``isolation`` (local executor: auto | namespaces | audit).
+(``zero`` | ``fail``), ``isolation`` (local executor: auto | namespaces | audit), ``site``
+(local executor: let programs import site-packages; default stdlib only).
 
 Targets: ``{"mode": "function", "test": <HumanEval test code>, "entry_point": name}`` or
 ``{"mode": "stdio", "tests": [{"input": .., "output": ..}]}``; HumanEval's own record keys
@@ -148,6 +149,7 @@ class CodeVerifier(Verifier):
                 self._local = LocalExecutor(
                     workers=int(self.config.get("workers", 2)),
                     isolation=str(self.config.get("isolation", "auto")),
+                    site=bool(self.config.get("site", False)),
                 )
                 atexit.register(self._local.close)
                 self._url = self._local.url

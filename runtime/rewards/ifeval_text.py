@@ -289,8 +289,13 @@ def _langdetect() -> object:
     return langdetect
 
 
+@lru_cache(maxsize=4096)
 def detect_language(text: str) -> str | None:
-    """ISO 639-1 code of ``text``; None when langdetect cannot decide (no letters)."""
+    """ISO 639-1 code of ``text``; None when langdetect cannot decide (no letters).
+
+    Seeded, so a text always gets the same answer; cached because loose mode asks about
+    near-identical variants of one response and detection is the costly step (~70 ms).
+    """
     ld = _langdetect()
     with _LANG_LOCK:
         try:

@@ -56,6 +56,10 @@ def _as_text(result: Any, tokenizer: Any) -> tuple[str, int | None]:
     raise TypeError(f"generate_fn returned {type(result).__name__}, not text or token ids")
 
 
+def _or(value: Any, default: float) -> Any:
+    return default if value is None else value
+
+
 def _parse(body: Any) -> tuple[list[dict[str, str]], dict[str, Any], int]:
     if not isinstance(body, dict):
         raise ValueError("request body must be a JSON object")
@@ -75,11 +79,11 @@ def _parse(body: Any) -> tuple[list[dict[str, str]], dict[str, Any], int]:
     n = int(body.get("n", 1))
     if not 1 <= n <= 16:
         raise ValueError("'n' must be in 1..16")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 256))
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 256
     params: dict[str, Any] = {
         "max_new_tokens": int(max_tokens),
-        "temperature": float(body.get("temperature", 1.0)),
-        "top_p": float(body.get("top_p", 1.0)),
+        "temperature": float(_or(body.get("temperature"), 1.0)),
+        "top_p": float(_or(body.get("top_p"), 1.0)),
     }
     stop = body.get("stop")
     if stop:

@@ -9,6 +9,7 @@ that `runtime.rewards.math_answer` compares element by element.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -283,6 +284,17 @@ def _outer_group(s: str) -> bool:
     return depth == 0
 
 
+def _flat(items: Iterable[Structure]) -> tuple[Structure, ...]:
+    """Members of a list or set; a ``\\pm`` inside one contributes both of its values."""
+    out: list[Structure] = []
+    for it in items:
+        if it.kind == "bag" and it.brackets == "pm":
+            out.extend(it.items)
+        else:
+            out.append(it)
+    return tuple(out)
+
+
 def parse_structure(s: str, _depth: int = 0) -> Structure:
     """Split a normalised answer into its parts (see `Structure`)."""
     if _depth > 6:
@@ -308,7 +320,7 @@ def parse_structure(s: str, _depth: int = 0) -> Structure:
     if s.startswith("\\{") and s.endswith("\\}"):
         inner = s[2:-2]
         return Structure(
-            "bag", tuple(parse_structure(p, _depth + 1) for p in _split_top(inner, ","))
+            "bag", _flat(parse_structure(p, _depth + 1) for p in _split_top(inner, ","))
         )
     if len(s) >= 2 and s[0] in "([" and s[-1] in ")]" and _outer_group(s):
         inner = s[1:-1]
@@ -319,13 +331,13 @@ def parse_structure(s: str, _depth: int = 0) -> Structure:
             )
     parts = _split_top(s, ",")
     if len(parts) > 1 and all(p for p in parts):
-        return Structure("bag", tuple(parse_structure(p, _depth + 1) for p in parts))
+        return Structure("bag", _flat(parse_structure(p, _depth + 1) for p in parts))
     pm = _split_top(s, "\\pm")
     if len(pm) == 2 and pm[1]:
         a, b = pm
         if a:
-            return Structure(
-                "bag", (Structure("atom", text=f"{a}+{b}"), Structure("atom", text=f"{a}-{b}"))
-            )
-        return Structure("bag", (Structure("atom", text=b), Structure("atom", text=f"-{b}")))
+            pair = (Structure("atom", text=f"{a}+{b}"), Structure("atom", text=f"{a}-{b}"))
+        else:
+            pair = (Structure("atom", text=b), Structure("atom", text=f"-{b}"))
+        return Structure("bag", pair, brackets="pm")
     return Structure("atom", text=s)

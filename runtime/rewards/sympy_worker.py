@@ -40,6 +40,8 @@ def _serve() -> None:
     _limit_memory()
     from runtime.rewards.math_sympy import ConversionError, sympy_equal
 
+    sympy_equal("1+2\\sqrt{3}x", "2\\sqrt{3}x+1")  # warm sympy's lazy imports and caches
+
     out = sys.stdout
     for line in sys.stdin:
         req = json.loads(line)
