@@ -107,17 +107,7 @@ class ManifestView:
         self.explicit_tables = {
             ".".join(p.split(".")[:i]) for p in self.explicit for i in range(1, p.count(".") + 1)
         }
-        self.spans: dict[str, Span] = {}
-        for p, v in prov.items():
-            s = v.get("span")
-            if s and isinstance(s.get("line"), int):
-                self.spans[p] = Span(
-                    str(s.get("file")),
-                    s["line"],
-                    s.get("column") or 1,
-                    s.get("end_line") or s["line"],
-                    s.get("end_column") or (s.get("column") or 1) + 1,
-                )
+        self._provenance = prov
 
     def get(self, path: str) -> Any:
         from compiler.rules import UNSET
@@ -140,7 +130,19 @@ class ManifestView:
         return path in self.explicit or path in self.explicit_tables
 
     def span(self, path: str) -> Span | None:
-        return self.spans.get(path)
+        """Spans are rebuilt only for the fields a finding points at."""
+        entry = self._provenance.get(path)
+        s = entry.get("span") if isinstance(entry, dict) else None
+        if not s or not isinstance(s.get("line"), int):
+            return None
+        col = s.get("column") or 1
+        return Span(
+            str(s.get("file")),
+            s["line"],
+            col,
+            s.get("end_line") or s["line"],
+            s.get("end_column") or col + 1,
+        )
 
 
 def _err(path: str, code: str, message: str, *help_: str) -> Diagnostic:
