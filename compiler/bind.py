@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span, did_you_mean
-from compiler.document import Document, Entry, Path
+from compiler.document import Document, Entry
 
 DocPath = tuple[str | int, ...]
 
@@ -88,7 +88,8 @@ def aliases() -> dict[str, str]:
         for name, info in model.model_fields.items():
             extra = info.json_schema_extra
             if isinstance(extra, dict):
-                for alias in extra.get("aliases", []) or []:
+                names = extra.get("aliases") or []
+                for alias in names if isinstance(names, list) else []:
                     out[str(alias)] = f"{section}.{name}"
     return out
 
@@ -169,7 +170,9 @@ def _toml_type(value: Any) -> str:
         return "array"
     if isinstance(value, dict):
         return "table"
-    return type(value).__name__
+    return {"datetime": "datetime", "date": "date", "time": "time"}.get(
+        type(value).__name__, "value"
+    )
 
 
 def _show(value: Any) -> str:
@@ -179,7 +182,7 @@ def _show(value: Any) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
-        text = repr(value)
+        text = value.isoformat() if hasattr(value, "isoformat") else str(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -192,10 +195,13 @@ def _data_path(merged: dict[str, Any], loc: tuple[Any, ...]) -> tuple[DocPath, b
         if part == "[key]":
             is_key = True
             break
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if (
+            isinstance(node, dict)
+            and part in node
+            or isinstance(node, list)
+            and isinstance(part, int)
+            and 0 <= part < len(node)
+        ):
             path.append(part)
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and not path_has_tag(node, part):
@@ -308,7 +314,9 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
         expected = _EXPECTED.get(kind, "")
         if kind == "literal_error":
             choices = str((err.get("ctx") or {}).get("expected", ""))
-            help_ = did_you_mean(str(value), [c.strip(" '") for c in choices.replace(" or ", ",").split(",")])
+            help_ = did_you_mean(
+                str(value), [c.strip(" '") for c in choices.replace(" or ", ",").split(",")]
+            )
             out.append(
                 Diagnostic(
                     "error",
@@ -332,13 +340,16 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
                 )
             )
         elif kind.startswith("union_tag"):
+            tag = bound.writer((*path, "mode"))
+            if tag is not None:
+                span = tag[1].value.span
             out.append(
                 Diagnostic(
                     "error",
                     "invalid-value",
                     f"`{name}`: {err['msg']}",
                     span,
-                    help=("set mode = \"managed\" or mode = \"external\"",),
+                    help=('set mode = "managed" or mode = "external"',),
                 )
             )
         else:
@@ -347,7 +358,10 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
                 msg = msg[len("Value error, ") :]
             out.append(
                 Diagnostic(
-                    "error", "invalid-value", f"`{name}`: {msg[:1].lower()}{msg[1:]}; got {_show(value)}", span
+                    "error",
+                    "invalid-value",
+                    f"`{name}`: {msg[:1].lower()}{msg[1:]}; got {_show(value)}",
+                    span,
                 )
             )
     return out
@@ -389,7 +403,9 @@ def _env_checks(bound: Bound) -> list[Diagnostic]:
                         f"`launch.env.{key}` looks like a credential; environment values are "
                         "stored in plain text in the manifest and the Beaker spec",
                         span,
-                        help=(f'store it in Beaker and write `secrets.{key} = "<secret name>"` instead',),
+                        help=(
+                            f'store it in Beaker and write `secrets.{key} = "<secret name>"` instead',
+                        ),
                     )
                 )
     return out

@@ -6,7 +6,6 @@ as text (``path:line:col: error[code]: message`` + source line + caret + help) o
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +104,8 @@ class SourceMap:
 
 def suggest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Did-you-mean candidates for an unknown name."""
+    import difflib  # lazily: ~15 ms of start-up that only error paths need
+
     pool = list(candidates)
     found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
     if not found:

@@ -80,7 +80,7 @@ def _schema_errors(manifest: dict[str, Any]) -> list[str]:
     try:
         _validator()(manifest)
     except fastjsonschema.JsonSchemaException as exc:
-        return [str(exc.message)]
+        return [str(getattr(exc, "message", exc))]
     return []
 
 

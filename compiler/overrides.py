@@ -91,9 +91,7 @@ class _Apply:
         secondary: tuple[tuple[Span, str], ...] = ()
         if at is not None and not at.span.source.startswith("override "):
             secondary = ((at.span, "the current value"),)
-        raise DiagnosticError(
-            Diagnostic("error", "override-path", message, span, secondary, help_)
-        )
+        raise DiagnosticError(Diagnostic("error", "override-path", message, span, secondary, help_))
 
     def set(self, parts: list[KeyPart], value: Node) -> None:
         names = [name for name, _ in parts]

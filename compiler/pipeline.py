@@ -204,7 +204,9 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
         try:
             layer, source, rtext, rdata = load_recipe_layer(name, recipe_entry.value.span)
         except DiagnosticError as exc:
+            # without its recipe the spec is incomplete: report only the recipe problem
             result.diagnostics.extend(exc.diagnostics)
+            return
         else:
             result.sources.add(source, rtext)
             result.recipe = name

@@ -82,7 +82,9 @@ def place(p: PlacementInput) -> dict[str, Any]:
         capacity = 0
         for e in range(p.num_engines):
             node(0).cpu_roles.append(f"engine:{e}")
-            engines.append({"id": e, "node": 0, "gpus": [], "device": "cpu", "port": ENGINE_PORT + e})
+            engines.append(
+                {"id": e, "node": 0, "gpus": [], "device": "cpu", "port": ENGINE_PORT + e}
+            )
     else:
         capacity = p.gpus_per_replica or (8 if p.trainer_nodes > 1 or total > 8 else max(total, 1))
         single = p.trainer_nodes == 1 and total <= capacity
@@ -100,14 +102,24 @@ def place(p: PlacementInput) -> dict[str, Any]:
                 first = e * tp
                 n, g = slots[first] if first < len(slots) else (0, first)
                 ids = node(n).take(tp, f"engine:{e}", start=g)
-                engines.append({"id": e, "node": n, "gpus": ids, "device": "cuda", "port": ENGINE_PORT + e})
+                engines.append(
+                    {"id": e, "node": n, "gpus": ids, "device": "cuda", "port": ENGINE_PORT + e}
+                )
         else:
             last = nodes[-1]
             remaining = p.num_engines
             free = (capacity - last.width) if not single else capacity - last.width
             while remaining and free >= tp:
                 ids = last.take(tp, f"engine:{eng}")
-                engines.append({"id": eng, "node": last.index, "gpus": ids, "device": "cuda", "port": ENGINE_PORT + eng})
+                engines.append(
+                    {
+                        "id": eng,
+                        "node": last.index,
+                        "gpus": ids,
+                        "device": "cuda",
+                        "port": ENGINE_PORT + eng,
+                    }
+                )
                 eng += 1
                 remaining -= 1
                 free -= tp
@@ -116,7 +128,15 @@ def place(p: PlacementInput) -> dict[str, Any]:
                 fit = max(per_node // tp, 1)
                 for _ in range(min(fit, remaining)):
                     ids = fresh.take(tp, f"engine:{eng}")
-                    engines.append({"id": eng, "node": fresh.index, "gpus": ids, "device": "cuda", "port": ENGINE_PORT + eng})
+                    engines.append(
+                        {
+                            "id": eng,
+                            "node": fresh.index,
+                            "gpus": ids,
+                            "device": "cuda",
+                            "port": ENGINE_PORT + eng,
+                        }
+                    )
                     eng += 1
                     remaining -= 1
         for j, (name, gpus) in enumerate(sorted(p.judges)):

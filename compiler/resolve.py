@@ -75,7 +75,11 @@ def _walk_model(model: Any, value: dict[str, Any], prefix: str, out: list[str]) 
     for name, info in model.model_fields.items():
         key = info.alias or name
         ann = info.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value.get(key), dict):
+        if (
+            isinstance(ann, type)
+            and issubclass(ann, BaseModel)
+            and isinstance(value.get(key), dict)
+        ):
             _walk_model(ann, value[key], f"{prefix}.{key}", out)
         else:
             out.append(f"{prefix}.{key}")
@@ -129,7 +133,9 @@ class _Resolver:
                     "recipe", entry.value.span, recipe=layer.recipe, alias_of=alias
                 )
             else:
-                self.prov[path] = Provenance(span_kind(entry.value.span), entry.value.span, alias_of=alias)
+                self.prov[path] = Provenance(
+                    span_kind(entry.value.span), entry.value.span, alias_of=alias
+                )
 
     def value(self, path: str) -> Any:
         node: Any = self.config
@@ -155,21 +161,33 @@ class _Resolver:
         old = self.prov.get(path)
         if old is not None:
             self.prov[path] = Provenance(
-                old.kind, old.span, old.recipe, old.formula, old.inputs, old.alias_of, (*old.notes, text)
+                old.kind,
+                old.span,
+                old.recipe,
+                old.formula,
+                old.inputs,
+                old.alias_of,
+                (*old.notes, text),
             )
 
     # -- resolution --------------------------------------------------------------------
     def paths(self) -> None:
         c = self.config
         rel = f"relative paths resolve against the spec directory ({self.spec_dir or '.'})"
-        for path in ("model.source", "model.hf_template", "output.root", "data.prompt_data",
-                     "data.reward_config", "data.manifest"):
+        for path in (
+            "model.source",
+            "model.hf_template",
+            "output.root",
+            "data.prompt_data",
+            "data.reward_config",
+            "data.manifest",
+        ):
             before = self.value(path)
             after = _join(self.spec_dir, before)
             if after != before:
                 self.put(path, after)
                 self.note(path, rel)
-        for i, task in enumerate(c["data"]["tasks"] or []):
+        for task in c["data"]["tasks"] or []:
             task["path"] = _join(self.spec_dir, task["path"])
         for ev in c["data"]["eval"]:
             ev["path"] = _join(self.spec_dir, ev["path"])
@@ -185,76 +203,161 @@ class _Resolver:
         builtin = m["source"].startswith("builtin:")
         info = BUILTIN_MODELS.get(m["source"].removeprefix("builtin:"), {}) if builtin else {}
 
-        self.derive("model.format", "builtin" if builtin else "hf",
-                    "'builtin' if model.source starts with 'builtin:' else 'hf'", ("model.source",))
-        self.derive("model.architecture", info.get("architecture", "dense"),
-                    "the builtin model's architecture, else 'dense'", ("model.source",))
+        self.derive(
+            "model.format",
+            "builtin" if builtin else "hf",
+            "'builtin' if model.source starts with 'builtin:' else 'hf'",
+            ("model.source",),
+        )
+        self.derive(
+            "model.architecture",
+            info.get("architecture", "dense"),
+            "the builtin model's architecture, else 'dense'",
+            ("model.source",),
+        )
         if info:
-            self.derive("model.num_params", info["params"], "the builtin model's size", ("model.source",))
+            self.derive(
+                "model.num_params", info["params"], "the builtin model's size", ("model.source",)
+            )
         gpu = tr["gpus"] > 0
-        self.derive("trainer.device", "cuda" if gpu else "cpu",
-                    "'cuda' if trainer.gpus > 0 else 'cpu'", ("trainer.gpus",))
-        self.derive("model.dtype", "bfloat16" if gpu else "float32",
-                    "'bfloat16' on GPU, 'float32' on CPU", ("trainer.gpus",))
-        self.derive("trainer.attention_backend", "flash" if gpu else "sdpa",
-                    "'flash' on GPU, 'sdpa' on CPU", ("trainer.gpus",))
+        self.derive(
+            "trainer.device",
+            "cuda" if gpu else "cpu",
+            "'cuda' if trainer.gpus > 0 else 'cpu'",
+            ("trainer.gpus",),
+        )
+        self.derive(
+            "model.dtype",
+            "bfloat16" if gpu else "float32",
+            "'bfloat16' on GPU, 'float32' on CPU",
+            ("trainer.gpus",),
+        )
+        self.derive(
+            "trainer.attention_backend",
+            "flash" if gpu else "sdpa",
+            "'flash' on GPU, 'sdpa' on CPU",
+            ("trainer.gpus",),
+        )
 
         on = asy["enabled"]
-        self.derive("async.max_policy_lag", 6 if on else 0, "6 if async.enabled else 0", ("async.enabled",))
-        self.derive("async.off_policy_correction",
-                    "tis" if on and not opt["use_rollout_logprobs"] else "none",
-                    "'tis' if async.enabled and not optimizer.use_rollout_logprobs else 'none'",
-                    ("async.enabled", "optimizer.use_rollout_logprobs"))
-        self.derive("inference.placement", "disaggregated" if on else "colocated",
-                    "'disaggregated' if async.enabled else 'colocated'", ("async.enabled",))
+        self.derive(
+            "async.max_policy_lag", 6 if on else 0, "6 if async.enabled else 0", ("async.enabled",)
+        )
+        self.derive(
+            "async.off_policy_correction",
+            "tis" if on and not opt["use_rollout_logprobs"] else "none",
+            "'tis' if async.enabled and not optimizer.use_rollout_logprobs else 'none'",
+            ("async.enabled", "optimizer.use_rollout_logprobs"),
+        )
+        self.derive(
+            "inference.placement",
+            "disaggregated" if on else "colocated",
+            "'disaggregated' if async.enabled else 'colocated'",
+            ("async.enabled",),
+        )
         colocated = inf["placement"] == "colocated"
         world_gpus = tr["nodes"] * tr["gpus"]
         if colocated:
-            self.derive("inference.gpus", world_gpus, "trainer.nodes * trainer.gpus (colocated)",
-                        ("trainer.nodes", "trainer.gpus", "inference.placement"))
+            self.derive(
+                "inference.gpus",
+                world_gpus,
+                "trainer.nodes * trainer.gpus (colocated)",
+                ("trainer.nodes", "trainer.gpus", "inference.placement"),
+            )
         else:
-            self.derive("inference.gpus", 1 if gpu else 0,
-                        "1 if trainer.gpus > 0 else 0 (disaggregated)", ("trainer.gpus", "inference.placement"))
+            self.derive(
+                "inference.gpus",
+                1 if gpu else 0,
+                "1 if trainer.gpus > 0 else 0 (disaggregated)",
+                ("trainer.gpus", "inference.placement"),
+            )
         if inf["gpus"] > 0:
-            self.derive("inference.num_engines", max(inf["gpus"] // inf["tensor_parallel"], 1),
-                        "inference.gpus // inference.tensor_parallel",
-                        ("inference.gpus", "inference.tensor_parallel"))
+            self.derive(
+                "inference.num_engines",
+                max(inf["gpus"] // inf["tensor_parallel"], 1),
+                "inference.gpus // inference.tensor_parallel",
+                ("inference.gpus", "inference.tensor_parallel"),
+            )
         else:
-            self.derive("inference.num_engines", 1, "1 CPU engine when inference.gpus = 0", ("inference.gpus",))
+            self.derive(
+                "inference.num_engines",
+                1,
+                "1 CPU engine when inference.gpus = 0",
+                ("inference.gpus",),
+            )
 
         P, S = inf["prompts_per_collection"], inf["samples_per_prompt"]
-        self.derive("inference.global_batch_size", P * S,
-                    "inference.prompts_per_collection * inference.samples_per_prompt",
-                    ("inference.prompts_per_collection", "inference.samples_per_prompt"))
+        self.derive(
+            "inference.global_batch_size",
+            P * S,
+            "inference.prompts_per_collection * inference.samples_per_prompt",
+            ("inference.prompts_per_collection", "inference.samples_per_prompt"),
+        )
         G = inf["global_batch_size"]
-        self.derive("optimizer.steps_per_collection", max((P * S) // G, 1),
-                    "prompts_per_collection * samples_per_prompt // global_batch_size",
-                    ("inference.prompts_per_collection", "inference.samples_per_prompt",
-                     "inference.global_batch_size"))
+        self.derive(
+            "optimizer.steps_per_collection",
+            max((P * S) // G, 1),
+            "prompts_per_collection * samples_per_prompt // global_batch_size",
+            (
+                "inference.prompts_per_collection",
+                "inference.samples_per_prompt",
+                "inference.global_batch_size",
+            ),
+        )
         ctx = inf["max_context_length"]
-        self.derive("inference.max_response_length", min(4096, ctx // 2),
-                    "min(4096, inference.max_context_length // 2)", ("inference.max_context_length",))
-        self.derive("inference.max_prompt_length", ctx - inf["max_response_length"],
-                    "inference.max_context_length - inference.max_response_length",
-                    ("inference.max_context_length", "inference.max_response_length"))
-        self.derive("inference.max_total_tokens", max(524288, inf["max_running_requests"] * ctx),
-                    "max(524288, inference.max_running_requests * inference.max_context_length)",
-                    ("inference.max_running_requests", "inference.max_context_length"))
-        self.derive("inference.mem_fraction_static", 0.4 if colocated else 0.6,
-                    "0.4 if colocated else 0.6", ("inference.placement",))
+        self.derive(
+            "inference.max_response_length",
+            min(4096, ctx // 2),
+            "min(4096, inference.max_context_length // 2)",
+            ("inference.max_context_length",),
+        )
+        self.derive(
+            "inference.max_prompt_length",
+            ctx - inf["max_response_length"],
+            "inference.max_context_length - inference.max_response_length",
+            ("inference.max_context_length", "inference.max_response_length"),
+        )
+        self.derive(
+            "inference.max_total_tokens",
+            max(524288, inf["max_running_requests"] * ctx),
+            "max(524288, inference.max_running_requests * inference.max_context_length)",
+            ("inference.max_running_requests", "inference.max_context_length"),
+        )
+        self.derive(
+            "inference.mem_fraction_static",
+            0.4 if colocated else 0.6,
+            "0.4 if colocated else 0.6",
+            ("inference.placement",),
+        )
         self.derive("inference.seed", c["data"]["seed"], "data.seed", ("data.seed",))
         self.derive("runtime.seed", c["data"]["seed"], "data.seed", ("data.seed",))
         if tr["sequence_packing"]:
-            self.derive("trainer.packing_max_tokens", ctx, "inference.max_context_length (packing)",
-                        ("trainer.sequence_packing", "inference.max_context_length"))
+            self.derive(
+                "trainer.packing_max_tokens",
+                ctx,
+                "inference.max_context_length (packing)",
+                ("trainer.sequence_packing", "inference.max_context_length"),
+            )
         steps = opt["steps_per_collection"]
-        self.derive("optimizer.scoring_pass", bool(steps != 1 or opt["kl_coef"] > 0),
-                    "optimizer.steps_per_collection != 1 or optimizer.kl_coef > 0",
-                    ("optimizer.steps_per_collection", "optimizer.kl_coef"))
+        self.derive(
+            "optimizer.scoring_pass",
+            bool(steps != 1 or opt["kl_coef"] > 0),
+            "optimizer.steps_per_collection != 1 or optimizer.kl_coef > 0",
+            ("optimizer.steps_per_collection", "optimizer.kl_coef"),
+        )
         if c["training"]["save_checkpoints"]:
-            self.derive("checkpoint.interval", c["training"]["num_rollouts"],
-                        "training.num_rollouts (save at the end)", ("training.save_checkpoints", "training.num_rollouts"))
-        self.derive("checkpoint.export_hf_final", c["output"]["export_hf"], "output.export_hf", ("output.export_hf",))
+            self.derive(
+                "checkpoint.interval",
+                c["training"]["num_rollouts"],
+                "training.num_rollouts (save at the end)",
+                ("training.save_checkpoints", "training.num_rollouts"),
+            )
+        self.derive(
+            "checkpoint.export_hf_final",
+            c["output"]["export_hf"],
+            "output.export_hf",
+            ("output.export_hf",),
+        )
 
         data = c["data"]
         for task in data["tasks"] or []:
@@ -264,46 +367,80 @@ class _Resolver:
         ev = c["evaluation"]
         shared = ev["mode"] == "shared"
         if shared and has_eval:
-            self.derive("training.eval_interval", 20, "20 with held-out data (shared evaluation)",
-                        ("data.tasks", "data.eval", "evaluation.mode"))
-        self.derive("training.skip_eval_before_train", not (shared and has_eval),
-                    "false with shared held-out evaluation, else true",
-                    ("evaluation.mode", "data.tasks", "data.eval"))
-        self.derive("evaluation.max_response_length", inf["max_response_length"],
-                    "inference.max_response_length", ("inference.max_response_length",))
+            self.derive(
+                "training.eval_interval",
+                20,
+                "20 with held-out data (shared evaluation)",
+                ("data.tasks", "data.eval", "evaluation.mode"),
+            )
+        self.derive(
+            "training.skip_eval_before_train",
+            not (shared and has_eval),
+            "false with shared held-out evaluation, else true",
+            ("evaluation.mode", "data.tasks", "data.eval"),
+        )
+        self.derive(
+            "evaluation.max_response_length",
+            inf["max_response_length"],
+            "inference.max_response_length",
+            ("inference.max_response_length",),
+        )
         if not shared:
             self.derive("evaluation.interval", 20, "20 (background mode)", ("evaluation.mode",))
         for key in ("cluster", "workspace", "budget"):
             self.derive(f"evaluation.{key}", c["launch"][key], f"launch.{key}", (f"launch.{key}",))
 
         root = c["output"]["root"]
-        self.derive("tracking.metrics_path", posixpath.join(root, "metrics.jsonl"),
-                    "<output.root>/metrics.jsonl", ("output.root",))
+        self.derive(
+            "tracking.metrics_path",
+            posixpath.join(root, "metrics.jsonl"),
+            "<output.root>/metrics.jsonl",
+            ("output.root",),
+        )
         self.derive("tracking.wandb_run_name", c["name"], "name", ("name",))
         image = (self.lock.get("image") or {}).get("beaker")
         self.derive("launch.image", image, "runtime lock image.beaker", ())
         if gpu:
-            self.derive("compiler_cache.shared_root", DEFAULT_SHARED_ROOT, "default shared root on GPU runs",
-                        ("trainer.gpus",))
+            self.derive(
+                "compiler_cache.shared_root",
+                DEFAULT_SHARED_ROOT,
+                "default shared root on GPU runs",
+                ("trainer.gpus",),
+            )
 
         engines = inf["num_engines"]
         slots = min(inf["server_concurrency"], inf["max_running_requests"])
         if on:
             target = max(P * S, 2 * engines * slots)
-            self.derive("async.producer_budget", math.ceil(target / S) * S,
-                        "ceil(max(P*S, 2*engines*min(server_concurrency, max_running_requests)) / S) * S",
-                        ("inference.prompts_per_collection", "inference.samples_per_prompt",
-                         "inference.num_engines", "inference.server_concurrency",
-                         "inference.max_running_requests"))
+            self.derive(
+                "async.producer_budget",
+                math.ceil(target / S) * S,
+                "ceil(max(P*S, 2*engines*min(server_concurrency, max_running_requests)) / S) * S",
+                (
+                    "inference.prompts_per_collection",
+                    "inference.samples_per_prompt",
+                    "inference.num_engines",
+                    "inference.server_concurrency",
+                    "inference.max_running_requests",
+                ),
+            )
         else:
-            self.derive("async.producer_budget", P * S, "P*S (synchronous: one collection in flight)",
-                        ("inference.prompts_per_collection", "inference.samples_per_prompt"))
+            self.derive(
+                "async.producer_budget",
+                P * S,
+                "P*S (synchronous: one collection in flight)",
+                ("inference.prompts_per_collection", "inference.samples_per_prompt"),
+            )
 
         facts, fact_spans = self.facts(has_eval)
         plan = self.plan(info, facts)
         placement = plan["placement"]
-        self.derive("launch.gpus_per_replica", placement["gpus_per_replica"],
-                    "the placement's GPUs per replica", ("trainer.nodes", "trainer.gpus", "inference.gpus"))
+        self.derive(
+            "launch.gpus_per_replica",
+            placement["gpus_per_replica"],
+            "the placement's GPUs per replica",
+            ("trainer.nodes", "trainer.gpus", "inference.gpus"),
+        )
         paths = {
             "root": root,
             "checkpoints": posixpath.join(root, "checkpoints"),
@@ -324,10 +461,27 @@ class _Resolver:
         mounts = [m["mount_path"] for m in launch["weka_mounts"]]
         scan = {k: v for k, v in c.items() if k not in ("launch", "compiler_cache")}
         scan["launch"] = {k: v for k, v in launch.items() if k != "weka_mounts"}
+        if "compiler_cache.shared_root" in self.explicit:
+            scan["compiler_cache"] = c["compiler_cache"]["shared_root"]
+        overlap_mounts = sorted(
+            {
+                a
+                for i, a in enumerate(mounts)
+                for j, b in enumerate(mounts)
+                if i != j and (a == b or a.startswith(b.rstrip("/") + "/"))
+            }
+        )
+        if overlap_mounts:
+            idx = max(i for i, m in enumerate(mounts) if m in overlap_mounts)
+            self._fact_span(
+                spans, "facts.weka_mount_overlap", ("launch", "weka_mounts", idx, "mount_path")
+            )
         weka = sorted({s for s in _strings(scan) if s.startswith("/weka/")})
         overlap = sorted(set(launch["env"]) & set(launch["secrets"]))
         if overlap:
-            self._fact_span(spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True)
+            self._fact_span(
+                spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True
+            )
         for p in weka:
             span = self._find_string_span(p)
             if span is not None:
@@ -338,9 +492,17 @@ class _Resolver:
         unknown_r = sorted({b["rubric"] for b in bindings.values()} - set(c["rubrics"]))
         for verifier, b in bindings.items():
             if b["judge"] in unknown_j:
-                self._fact_span(spans, "facts.unknown_binding_judges", ("judging", "bindings", verifier, "judge"))
+                self._fact_span(
+                    spans,
+                    "facts.unknown_binding_judges",
+                    ("judging", "bindings", verifier, "judge"),
+                )
             if b["rubric"] in unknown_r:
-                self._fact_span(spans, "facts.unknown_binding_rubrics", ("judging", "bindings", verifier, "rubric"))
+                self._fact_span(
+                    spans,
+                    "facts.unknown_binding_rubrics",
+                    ("judging", "bindings", verifier, "rubric"),
+                )
         bound = sorted({b["judge"] for b in bindings.values()} & set(judges))
         managed = {n: j["gpus"] for n, j in judges.items() if j["mode"] == "managed" and n in bound}
         over = []
@@ -348,9 +510,18 @@ class _Resolver:
             j, r = judges.get(b["judge"]), c["rubrics"].get(b["rubric"])
             if j and r and r["max_response_tokens"] >= j["max_context_length"]:
                 over.append(verifier)
-                self._fact_span(spans, "facts.rubric_over_context", ("rubrics", b["rubric"], "max_response_tokens"))
-        yarn = [n for n, j in judges.items() if j["mode"] == "managed" and j["context_extension"] == "qwen3-yarn-128k"
-                and (j["model"] != "Qwen/Qwen3-32B" or j["max_context_length"] > 131072)]
+                self._fact_span(
+                    spans,
+                    "facts.rubric_over_context",
+                    ("rubrics", b["rubric"], "max_response_tokens"),
+                )
+        yarn = [
+            n
+            for n, j in judges.items()
+            if j["mode"] == "managed"
+            and j["context_extension"] == "qwen3-yarn-128k"
+            and (j["model"] != "Qwen/Qwen3-32B" or j["max_context_length"] > 131072)
+        ]
         for n in yarn:
             self._fact_span(spans, "facts.yarn_misuse", ("judges", n, "context_extension"))
         widest = max(managed.values(), default=0)
@@ -372,11 +543,21 @@ class _Resolver:
         for i, t in enumerate(c["data"]["tasks"] or []):
             if t.get("eval_count"):
                 shared_eval_sources.append(f"data.tasks[{i}].eval_count")
-                self._fact_span(spans, "facts.shared_eval_sources", ("data", "tasks", i, "eval_count"))
+                self._fact_span(
+                    spans, "facts.shared_eval_sources", ("data", "tasks", i, "eval_count")
+                )
         if c["data"]["eval"]:
             shared_eval_sources.append("data.eval")
             self._fact_span(spans, "facts.shared_eval_sources", ("data", "eval"))
-        reserved = {"--model", "--model-path", "--tokenizer-path", "--port", "--host", "--tp", "--tp-size"}
+        reserved = {
+            "--model",
+            "--model-path",
+            "--tokenizer-path",
+            "--port",
+            "--host",
+            "--tp",
+            "--tp-size",
+        }
         bad_args = [a for a in ev["server_args"] if a.split("=", 1)[0] in reserved]
         if bad_args:
             self._fact_span(spans, "facts.eval_reserved_server_args", ("evaluation", "server_args"))
@@ -384,6 +565,7 @@ class _Resolver:
             {
                 "weka_paths": weka,
                 "weka_mount_paths": mounts,
+                "weka_mount_overlap": overlap_mounts,
                 "env_secret_overlap": overlap,
                 "has_eval_data": has_eval,
                 "shared_eval_sources": shared_eval_sources,
@@ -403,7 +585,9 @@ class _Resolver:
             spans,
         )
 
-    def _fact_span(self, spans: dict[str, Span], fact: str, path: tuple[Any, ...], key: bool = False) -> None:
+    def _fact_span(
+        self, spans: dict[str, Span], fact: str, path: tuple[Any, ...], key: bool = False
+    ) -> None:
         found = self.bound.writer(path) or self.bound.locate(path)
         if found is not None and fact not in spans:
             spans[fact] = found[1].key_span if key else found[1].value.span
@@ -426,11 +610,21 @@ class _Resolver:
         from compiler.placement import PlacementInput, place
 
         c = self.config
-        tr, inf, opt, asy, launch = c["trainer"], c["inference"], c["optimizer"], c["async"], c["launch"]
-        judges = tuple(
-            (n, c["judges"][n]["gpus"]) for n in facts["bound_judges"] if c["judges"][n]["mode"] == "managed"
+        tr, inf, opt, asy, launch = (
+            c["trainer"],
+            c["inference"],
+            c["optimizer"],
+            c["async"],
+            c["launch"],
         )
-        explicit_gpr = launch["gpus_per_replica"] if "launch.gpus_per_replica" in self.explicit else None
+        judges = tuple(
+            (n, c["judges"][n]["gpus"])
+            for n in facts["bound_judges"]
+            if c["judges"][n]["mode"] == "managed"
+        )
+        explicit_gpr = (
+            launch["gpus_per_replica"] if "launch.gpus_per_replica" in self.explicit else None
+        )
         placement = place(
             PlacementInput(
                 trainer_nodes=tr["nodes"],
@@ -493,8 +687,13 @@ class _Resolver:
         scoring = {
             "standalone": opt["scoring_pass"],
             "reason": (
-                "steps_per_collection != 1" if steps != 1 else "kl_coef > 0" if opt["kl_coef"] > 0
-                else "explicit" if opt["scoring_pass"] else "skipped: old logprobs come from the training forward"
+                "steps_per_collection != 1"
+                if steps != 1
+                else "kl_coef > 0"
+                if opt["kl_coef"] > 0
+                else "explicit"
+                if opt["scoring_pass"]
+                else "skipped: old logprobs come from the training forward"
             ),
             "check_interval": opt["scoring_check_interval"],
             "check_tolerance": opt["scoring_check_tolerance"],
@@ -512,7 +711,9 @@ class _Resolver:
             milestones = sorted(ms)
         evaluation = {
             "mode": ev["mode"],
-            "interval": c["training"]["eval_interval"] if ev["mode"] == "shared" else ev["interval"],
+            "interval": c["training"]["eval_interval"]
+            if ev["mode"] == "shared"
+            else ev["interval"],
             "milestones": milestones,
             "has_eval_data": facts["has_eval_data"],
         }
@@ -556,7 +757,9 @@ def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) 
     engine = (params * 2 + inf["max_total_tokens"] * kv_per_token) / tp / gib
     out["trainer_gib_per_gpu"] = round(trainer, 3)
     out["engine_gib_per_gpu"] = round(engine, 3) if kv_per_token else None
-    out["colocated_gib_per_gpu"] = round(trainer + engine, 3) if inf["placement"] == "colocated" else None
+    out["colocated_gib_per_gpu"] = (
+        round(trainer + engine, 3) if inf["placement"] == "colocated" else None
+    )
     out["engine_budget_gib"] = round(inf["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3)
     return out
 

@@ -1,4 +1,5 @@
-"""rlc compile SPEC [-o DIR]: write DIR/<name>/manifest.json (immutable)."""
+"""rlc compile SPEC [-o DIR]: write DIR/<name>/manifest.json (immutable) and the launch
+artifacts next to it. Unchanged inputs replay from `compiler.compile_cache`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ from pathlib import Path
 import click
 
 from compiler.commands._common import EXIT_USER, format_option, guarded
-from compiler.commands._spec_opts import report, run_compile, spec_options
 
 
 @click.command("compile")
-@spec_options
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="PATH=VALUE",
+    help="Override a spec value (TOML syntax), e.g. --set trainer.gpus=4. Repeatable.",
+)
 @click.option(
     "-o",
     "--output",
@@ -22,31 +29,64 @@ from compiler.commands._spec_opts import report, run_compile, spec_options
     type=click.Path(file_okay=False),
     help="Build directory; the manifest goes to DIR/<name>/manifest.json.",
 )
+@click.option("--no-cache", is_flag=True, help="Always compile (ignore the compile cache).")
 @format_option
 @guarded
-def command(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str) -> None:
+def command(spec: str, overrides: tuple[str, ...], out_dir: str, no_cache: bool, fmt: str) -> None:
     """Compile a spec into a checked, content-hashed manifest."""
-    result = run_compile(spec, overrides)
-    report(result, fmt)
+    from compiler import compile_cache
+
+    cache_key = None
+    if not no_cache and compile_cache.enabled():
+        cache_key = compile_cache.key(spec, overrides, f"{out_dir}\0{fmt}")
+        hit = compile_cache.replay(cache_key) if cache_key else None
+        if hit is not None:
+            if hit["stderr"]:
+                click.echo(hit["stderr"], err=True, nl=False)
+            click.echo(hit["stdout"], nl=False)
+            return
+    _compile(spec, overrides, out_dir, fmt, cache_key)
+
+
+def _compile(
+    spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str, cache_key: str | None
+) -> None:
+    from compiler.diagnostics import render_all
+    from compiler.manifest import write_manifest
+    from compiler.pipeline import compile_spec
+
+    result = compile_spec(spec, list(overrides))
+    stderr = ""
+    if result.diagnostics:
+        if fmt == "json" and result.errors:
+            click.echo(render_all(result.diagnostics, result.sources, "json"))
+        else:
+            stderr = render_all(result.diagnostics, result.sources, "text") + "\n"
+            click.echo(stderr, err=True, nl=False)
     if result.errors:
         sys.exit(EXIT_USER)
-    from compiler.manifest import write_manifest
-
     manifest = result.manifest()
-    path = write_manifest(manifest, Path(out_dir) / manifest["name"] / "manifest.json")
+    directory = Path(out_dir) / manifest["name"]
+    fresh = not directory.exists()
+    path = write_manifest(manifest, directory / "manifest.json")
     _emit_extras(manifest, path)
     if fmt == "json":
         import json
 
-        click.echo(json.dumps({"manifest": str(path), "digest": manifest["digest"]}))
+        stdout = json.dumps({"manifest": str(path), "digest": manifest["digest"]}) + "\n"
     else:
-        click.echo(f"{path}  {manifest['digest']}")
+        stdout = f"{path}  {manifest['digest']}\n"
+    click.echo(stdout, nl=False)
+    if cache_key and fresh:
+        from compiler import compile_cache
+
+        compile_cache.store(cache_key, directory, stdout, stderr)
 
 
 def _emit_extras(manifest: dict[str, object], path: Path) -> None:
     """Beaker specs and other artifacts, when the emit package provides them."""
     try:
-        from compiler.emit import emit_artifacts  # type: ignore[attr-defined]
+        from compiler.emit import emit_artifacts
     except ImportError:
         return
     emit_artifacts(manifest, path.parent)

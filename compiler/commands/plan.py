@@ -43,6 +43,40 @@ def command(spec: str, overrides: tuple[str, ...], as_json: bool) -> None:
     _render(r, result)
 
 
+def _runs(gpus: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Collapse consecutive GPUs whose roles continue one another (trainer:0..7 -> one row)."""
+
+    def split(role: str) -> tuple[str, int | None]:
+        kind, _, idx = role.partition(":")
+        return kind, int(idx) if idx.isdigit() else None
+
+    out: list[list[Any]] = []  # [first_gpu, last_gpu, first_roles, last_roles]
+    for g in gpus:
+        roles = [split(r) for r in g["roles"]]
+        if out:
+            run = out[-1]
+            prev = run[3]
+            if (
+                g["gpu"] == run[1] + 1
+                and len(prev) == len(roles)
+                and all(
+                    a[0] == b[0] and a[1] is not None and b[1] == a[1] + 1
+                    for a, b in zip(prev, roles, strict=True)
+                )
+            ):
+                run[1], run[3] = g["gpu"], roles
+                continue
+        out.append([g["gpu"], g["gpu"], roles, roles])
+    rows = []
+    for first, last, r0, r1 in out:
+        span = str(first) if first == last else f"{first}-{last}"
+        names = [
+            f"{k}:{a}" if a == b else f"{k}:{a}-{b}" for (k, a), (_, b) in zip(r0, r1, strict=True)
+        ]
+        rows.append((span, ", ".join(n.replace(":None", "") for n in names)))
+    return rows
+
+
 def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Any:
     from rich.table import Table
 
@@ -69,8 +103,8 @@ def _render(r: Any, result: Any) -> None:
     for col in ("node", "gpu", "roles"):
         nodes.add_column(col)
     for n in p["nodes"]:
-        for g in n["gpus"]:
-            nodes.add_row(str(n["node"]), str(g["gpu"]), ", ".join(g["roles"]))
+        for gpus, roles in _runs(n["gpus"]):
+            nodes.add_row(str(n["node"]), gpus, roles)
         if n["cpu_roles"]:
             nodes.add_row(str(n["node"]), "cpu", ", ".join(n["cpu_roles"]))
     console.print(nodes)
@@ -79,35 +113,70 @@ def _render(r: Any, result: Any) -> None:
         f"{p['used_gpus']} used, {p['unused_gpus']} unused"
     )
     b, ln, a, m = plan["batch"], plan["lengths"], plan["async"], plan["memory"]
-    console.print(_kv_table("batch geometry", [
-        ("prompts x samples", f"{b['prompts_per_collection']} x {b['samples_per_prompt']} = {b['samples_per_collection']}"),
-        ("global batch", b["global_batch_size"]),
-        ("optimizer steps / collection", b["optimizer_steps_per_collection"]),
-        ("total optimizer steps", b["total_optimizer_steps"]),
-        ("trainer world", b["trainer_world_size"]),
-        ("scoring pass", plan["scoring_pass"]["reason"]),
-    ]))
-    console.print(_kv_table("lengths", [
-        ("context", ln["max_context_length"]),
-        ("prompt / response", f"{ln['max_prompt_length']} / {ln['max_response_length']}"),
-        ("packing budget", ln["packing_max_tokens"]),
-        ("token pool / engine", f"{ln['token_pool']} ({ln['full_context_slots_per_engine']} full contexts)"),
-    ]))
-    console.print(_kv_table("async capacity", [
-        ("enabled", a["enabled"]),
-        ("engines / usable slots", f"{a['engines']} / {a['usable_slots']}"),
-        ("producer budget", f"{a['producer_sample_budget']} samples ({a['producer_group_budget']} groups)"),
-        ("completed buffer", f"{a['completed_buffer_groups']} groups ({a['completed_buffer_samples']} samples)"),
-        ("max policy lag", a["max_policy_lag"]),
-        ("correction / publication", f"{a['off_policy_correction']} / {a['publication_mode']}"),
-    ]))
+    console.print(
+        _kv_table(
+            "batch geometry",
+            [
+                (
+                    "prompts x samples",
+                    f"{b['prompts_per_collection']} x {b['samples_per_prompt']} = {b['samples_per_collection']}",
+                ),
+                ("global batch", b["global_batch_size"]),
+                ("optimizer steps / collection", b["optimizer_steps_per_collection"]),
+                ("total optimizer steps", b["total_optimizer_steps"]),
+                ("trainer world", b["trainer_world_size"]),
+                ("scoring pass", plan["scoring_pass"]["reason"]),
+            ],
+        )
+    )
+    console.print(
+        _kv_table(
+            "lengths",
+            [
+                ("context", ln["max_context_length"]),
+                ("prompt / response", f"{ln['max_prompt_length']} / {ln['max_response_length']}"),
+                ("packing budget", ln["packing_max_tokens"]),
+                (
+                    "token pool / engine",
+                    f"{ln['token_pool']} ({ln['full_context_slots_per_engine']} full contexts)",
+                ),
+            ],
+        )
+    )
+    console.print(
+        _kv_table(
+            "async capacity",
+            [
+                ("enabled", a["enabled"]),
+                ("engines / usable slots", f"{a['engines']} / {a['usable_slots']}"),
+                (
+                    "producer budget",
+                    f"{a['producer_sample_budget']} samples ({a['producer_group_budget']} groups)",
+                ),
+                (
+                    "completed buffer",
+                    f"{a['completed_buffer_groups']} groups ({a['completed_buffer_samples']} samples)",
+                ),
+                ("max policy lag", a["max_policy_lag"]),
+                (
+                    "correction / publication",
+                    f"{a['off_policy_correction']} / {a['publication_mode']}",
+                ),
+            ],
+        )
+    )
     if m["known"]:
-        console.print(_kv_table("memory estimate (GiB)", [
-            ("trainer per GPU", m["trainer_gib_per_gpu"]),
-            ("engine per GPU", m["engine_gib_per_gpu"]),
-            ("colocated per GPU", m["colocated_gib_per_gpu"]),
-            ("GPU memory", m["gpu_memory_gib"]),
-        ]))
+        console.print(
+            _kv_table(
+                "memory estimate (GiB)",
+                [
+                    ("trainer per GPU", m["trainer_gib_per_gpu"]),
+                    ("engine per GPU", m["engine_gib_per_gpu"]),
+                    ("colocated per GPU", m["colocated_gib_per_gpu"]),
+                    ("GPU memory", m["gpu_memory_gib"]),
+                ],
+            )
+        )
     else:
         console.print("memory estimate: unknown (set model.num_params for a non-builtin model)")
     if result.diagnostics:

@@ -39,4 +39,6 @@ def command(as_json: bool) -> None:
     width = max((len(n) for n, _ in rows), default=0)
     for name, desc in rows:
         click.echo(f"{name:<{width}}  {desc}")
-    click.echo('\nuse one with `recipe = "NAME"` at the top of a spec; the spec\'s values layer over it')
+    click.echo(
+        '\nuse one with `recipe = "NAME"` at the top of a spec; the spec\'s values layer over it'
+    )

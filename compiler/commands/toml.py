@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from compiler.commands._common import EXIT_FINDINGS, format_option
+from compiler.commands._common import EXIT_FINDINGS, format_option, guarded
 
 
 @click.group("toml")
@@ -21,8 +21,9 @@ def command() -> None:
 
 @command.command("decode")
 @format_option
+@guarded
 def decode(fmt: str) -> None:
-    """Read TOML on stdin; write toml-test tagged JSON on stdout (exit 1 if invalid)."""
+    """TOML on stdin -> tagged JSON on stdout; exit 1 if invalid."""
     from compiler.diagnostics import DiagnosticError, SourceMap, render_all
     from compiler.parse import decode_bytes, parse_document
     from compiler.parse.tagged import document_tagged

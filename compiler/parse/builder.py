@@ -113,6 +113,10 @@ class Builder:
         return root
 
     def key(self, tree: Any) -> list[KeyPart]:
+        if getattr(tree, "type", None) == "KEY_EQ":
+            name = str(tree).split("=", 1)[0].rstrip(" \t")
+            span = Span(self.source, tree.line, tree.column, tree.line, tree.column + len(name))
+            return [(name, span)]
         parts: list[KeyPart] = []
         for tok in tree.children:
             ttype = tok.type
@@ -121,7 +125,9 @@ class Builder:
             elif ttype == "LITERAL_STRING":
                 parts.append((str(tok)[1:-1], self.span(tok)))
             else:
-                parts.append((self.basic_string(tok, str(tok)[1:-1], 1, multiline=False), self.span(tok)))
+                parts.append(
+                    (self.basic_string(tok, str(tok)[1:-1], 1, multiline=False), self.span(tok))
+                )
         return parts
 
     def open_table(self, root: Table, stmt: Any, aot: bool) -> tuple[Table, tuple[str, ...]]:
@@ -132,9 +138,7 @@ class Builder:
         table = self._open_table(root, parts, header_span, aot)
         return table, tuple(name for name, _ in parts)
 
-    def _open_table(
-        self, root: Table, parts: list[KeyPart], header_span: Span, aot: bool
-    ) -> Table:
+    def _open_table(self, root: Table, parts: list[KeyPart], header_span: Span, aot: bool) -> Table:
         detached = Table({}, "header", header_span)
         table = root
         for i, (name, span) in enumerate(parts[:-1]):
@@ -154,7 +158,6 @@ class Builder:
                 return detached
         name, span = parts[-1]
         entry = table.entries.get(name)
-        path = dotted(parts)
         if aot:
             new = Table({}, "array-element", header_span)
             if entry is None:
@@ -166,6 +169,7 @@ class Builder:
             if isinstance(entry.value, Array):
                 self._not_extensible(parts, span, entry, header=True)
                 return detached
+            path = dotted(parts)
             self.error(
                 "toml-redefine-table",
                 f"[[{path}]] appends to an array of tables, but `{path}` is already {describe(entry.value)}",
@@ -183,6 +187,7 @@ class Builder:
             value.span = header_span
             entry.key_span = span
             return value
+        path = dotted(parts)
         if isinstance(value, Table) and value.kind == "header":
             self.error(
                 "toml-redefine-table",
@@ -244,14 +249,20 @@ class Builder:
     def keyval(self, table: Table, stmt: Any, prefix: tuple[str, ...]) -> None:
         key_tree, value_tree = stmt.children
         parts = self.key(key_tree)
-        value = self.value(value_tree, prefix + tuple(name for name, _ in parts))
+        if hasattr(value_tree, "data"):
+            value = self.value(value_tree, prefix + tuple(name for name, _ in parts))
+        else:
+            value = self.scalar(value_tree)
         self.insert(table, parts, value, prefix)
 
     def insert(
         self, table: Table, parts: list[KeyPart], value: Node, prefix: tuple[str, ...] = ()
     ) -> None:
         """Add ``a.b.c = value`` to ``table`` (at ``prefix``), creating dotted tables."""
-        names = list(prefix) + [name for name, _ in parts]
+
+        def names(upto: int = len(parts)) -> list[str]:
+            return [*prefix, *(name for name, _ in parts[:upto])]
+
         for i, (name, span) in enumerate(parts[:-1]):
             entry = table.entries.get(name)
             if entry is None:
@@ -265,7 +276,7 @@ class Builder:
                 table = existing
                 continue
             if isinstance(existing, Table) and existing.kind in ("header", "array-element"):
-                path = dotted(names[: len(prefix) + i + 1])
+                path = dotted(names(i + 1))
                 self.error(
                     "toml-redefine-table",
                     f"dotted key extends table [{path}], which is defined by its own header",
@@ -275,7 +286,7 @@ class Builder:
                 )
                 return
             if isinstance(existing, ArrayOfTables):
-                path = dotted(names[: len(prefix) + i + 1])
+                path = dotted(names(i + 1))
                 self.error(
                     "toml-redefine-table",
                     f"dotted key goes through `{path}`, which is an array of tables",
@@ -284,14 +295,14 @@ class Builder:
                     help=(f"add keys under a [[{path}]] section instead",),
                 )
                 return
-            self._not_extensible(names[: len(prefix) + i + 1], span, entry, header=False)
+            self._not_extensible(names(i + 1), span, entry, header=False)
             return
         name, span = parts[-1]
         entry = table.entries.get(name)
         if entry is not None:
             self.error(
                 "toml-duplicate-key",
-                f"duplicate key `{dotted(names)}`",
+                f"duplicate key `{dotted(names())}`",
                 span,
                 first=entry.key_span,
                 help=("each key may be assigned only once",),

@@ -8,7 +8,7 @@ token so the builder can point at the exact character.
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 
 from compiler.document import ScalarKind
@@ -79,7 +79,7 @@ def _date_time(text: str) -> tuple[Any, ScalarKind] | None:
                 return date(int(year), int(month), int(day)), "date"
             tz: timezone | None = None
             if zulu:
-                tz = timezone.utc
+                tz = UTC
             elif sign:
                 tz = _offset(sign, oh, om, text)
             value = datetime(
@@ -186,9 +186,7 @@ def decode_basic(body: str, multiline: bool) -> str:
                 )
             code = int(digits, 16)
             if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                raise ScalarIssue(
-                    f"\\{c}{digits} is not a Unicode scalar value", j, 2 + width
-                )
+                raise ScalarIssue(f"\\{c}{digits} is not a Unicode scalar value", j, 2 + width)
             out.append(chr(code))
             i = j + 2 + width
         elif multiline and c in (" ", "\t", "\n"):

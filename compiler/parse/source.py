@@ -33,7 +33,7 @@ def position(text: str, offset: int) -> tuple[int, int]:
 
 
 def decode_bytes(data: bytes, source: str) -> str:
-    """UTF-8 text of a TOML file; invalid bytes are positioned. (`prepare` drops a BOM.)"""
+    """UTF-8 text of a TOML file; invalid bytes are positioned (`prepare` handles a BOM)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -51,9 +51,12 @@ def decode_bytes(data: bytes, source: str) -> str:
 
 
 def prepare(text: str, source: str) -> str:
-    """Text ready for the lexer: BOM dropped, control characters rejected, CRLF -> LF."""
+    """Text ready for the lexer: BOM blanked, control characters rejected, CRLF -> LF.
+
+    A leading BOM becomes a space, so columns still match the file as other stages see it.
+    """
     if text.startswith(BOM):
-        text = text[1:]
+        text = " " + text[1:]
     diagnostics: list[Diagnostic] = []
     last_line = 0
     for match in _CONTROL.finditer(text):

@@ -14,6 +14,7 @@ from compiler.diagnostics import Diagnostic, Span
 
 _FRIENDLY: dict[str, str] = {
     "BARE_KEY": "a key",
+    "KEY_EQ": "a key",
     "BASIC_STRING": "a string",
     "LITERAL_STRING": "a string",
     "ML_BASIC_STRING": "a string",
@@ -31,10 +32,10 @@ _FRIENDLY: dict[str, str] = {
     "_NL": "a newline",
     "$END": "the end of the input",
 }
-_KEY_STARTS = {"BARE_KEY", "BASIC_STRING", "LITERAL_STRING"}
+_KEY_STARTS = {"BARE_KEY", "KEY_EQ", "BASIC_STRING", "LITERAL_STRING"}
 _VALUE_STARTS = {"ATOM", "BASIC_STRING", "ML_BASIC_STRING", "LITERAL_STRING", "ML_LITERAL_STRING"}
 _CLOSERS = {"RSQB", "RDSQB", "RBRACE"}
-_STATEMENTS = {"keyval", "table", "array_table", "_NL"}
+_STATEMENTS = {"keyval", "table", "array_table", "_line", "_NL"}
 # Terminals that make sense in each context (others come from merged LALR states).
 _NOT_IN: dict[str, set[str]] = {
     "keyval": _CLOSERS | {"_COMMA"},
@@ -43,6 +44,7 @@ _NOT_IN: dict[str, set[str]] = {
     "array": {"RDSQB", "RBRACE", "$END"},
     "inline": {"RSQB", "RDSQB", "_NL", "$END"},
 }
+_LINE_CONTEXTS = ("keyval", "header", "aot-header")
 _END_OF_LINE = ("each key = value pair and [table] header must end its line",)
 
 
@@ -55,17 +57,37 @@ def _parser() -> Any:
 
 def parse_tree(text: str, start: str, source: str) -> tuple[Any, Diagnostic | None]:
     """The lark tree for ``text`` from rule ``start``, or the syntax diagnostic."""
+    tree, diag, _ = parse_tree_ex(text, start, source)
+    return tree, diag
+
+
+def parse_tree_ex(text: str, start: str, source: str) -> tuple[Any, Diagnostic | None, bool]:
+    """Like `parse_tree`, plus whether parsing may resume on the next line after the error.
+
+    That is so when the error sits in a one-line statement (not inside an array, an inline
+    table or an unterminated string), so blanking its line cannot shift what follows.
+    """
     from compiler.parse import _standalone as lark
 
     try:
-        return _parser().parse(text, start=start), None
+        return _parser().parse(text, start=start), None, False
     except lark.UnexpectedCharacters as exc:
-        return None, _unexpected_char(exc, source)
+        diag = _unexpected_char(exc, source)
+        resumable = exc.char not in "\"'\n" and _context(exc) in _LINE_CONTEXTS
+        return None, diag, resumable
     except lark.UnexpectedToken as exc:
-        return None, _unexpected_token(exc, text, source)
+        diag = _unexpected_token(exc, text, source)
+        token = exc.token
+        resumable = (
+            token.type != "$END"
+            and (token.line == token.end_line or token.type == "_NL")
+            and _context(exc) in _LINE_CONTEXTS
+        )
+        return None, diag, resumable
     except lark.UnexpectedEOF:  # pragma: no cover - LALR reports the end as a $END token
         line, col = _end_position(text)
-        return None, _diag(Span(source, line, col, line, col), "unexpected end of input", ())
+        span = Span(source, line, col, line, col)
+        return None, _diag(span, "unexpected end of input", ()), False
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -80,7 +102,7 @@ def _context(exc: Any) -> str:
     if parser is None:
         return "keyval"
     stack = parser.parser_state.value_stack
-    names = [getattr(v, "type", None) or getattr(v, "data", "") for v in stack]
+    names = [str(getattr(v, "type", None) or getattr(v, "data", "")) for v in stack]
     closed = 0
     for i in range(len(names) - 1, -1, -1):
         name = names[i]
@@ -94,7 +116,8 @@ def _context(exc: Any) -> str:
                 return "inline"
             if name == "LDSQB":
                 return "aot-header"
-            if all(below in _STATEMENTS for below in names[:i]):
+            # (lark's helper for `(_NL _line)*` holds finished statements)
+            if all(b in _STATEMENTS or b.startswith("__document") for b in names[:i]):
                 return "header"
             return "array"
     return "keyval"
@@ -163,9 +186,23 @@ def _unexpected_char(exc: Any, source: str) -> Diagnostic:
     if expected:
         message += f"; expected {expected}"
     help_: tuple[str, ...] = ()
-    if names & _KEY_STARTS | {"_DOT", "_EQ"} and "ATOM" not in names:
+    if names & (_KEY_STARTS | {"_DOT", "_EQ"}) and "ATOM" not in names:
         help_ = ("bare keys may contain only A-Z a-z 0-9 _ and -; quote any other key",)
     return _diag(span, message, help_)
+
+
+def _token_span(token: Any, source: str) -> Span:
+    """The span of what the user wrote: without the blanks and comments that _EQ, _COMMA and
+    _NL tokens absorb (a newline token points at the end of its first line)."""
+    text = str(token)
+    if token.type == "_NL":
+        col = token.column + text.index("\n")
+        return Span(source, token.line, col, token.line, col + 1)
+    if token.type in ("_EQ", "_COMMA"):
+        lead = len(text) - len(text.lstrip(" \t"))
+        col = token.column + lead
+        return Span(source, token.line, col, token.line, col + len(text.strip(" \t")))
+    return Span(source, token.line, token.column, token.end_line, token.end_column)
 
 
 def _unexpected_token(exc: Any, text: str, source: str) -> Diagnostic:
@@ -179,10 +216,10 @@ def _unexpected_token(exc: Any, text: str, source: str) -> Diagnostic:
             what = "array" if context == "array" else "inline table"
             return _diag(span, f"unexpected end of input: the {what} is not closed", ())
         return _diag(span, f"unexpected end of input; expected {expected}", ())
-    span = Span(source, token.line, token.column, token.end_line, token.end_column)
+    span = _token_span(token, source)
     if token.type == "_NL":
         return _newline_message(context, names, span)
-    shown = f"{str(token)!r}"
+    shown = f"{str(token).strip()!r}"
     if token.type == "RBRACE" and names and names <= _KEY_STARTS:
         return _diag(span, "trailing comma in an inline table", ("TOML 1.0 does not allow it",))
     if names and names <= {"_NL", "$END"}:

@@ -3,6 +3,24 @@
 ``Spec`` is the root; ``SECTIONS`` maps section names to their models. Aliases and derived
 formulas live in each field's ``json_schema_extra`` (see ``_base.fld``); docs, the JSON
 Schema and ``rlc explain`` are generated from these models.
+
+Where the manifest deviates from / extends briefs/contract.md (the runtime adapts in
+runtime/config.py):
+
+* Paths (``output.root``, ``model.source`` dirs, task paths, ``paths.*``) are joined to the
+  spec's directory *as the spec path was given* and normalized, so they are cwd-relative
+  when ``rlc compile`` got a relative spec path (see compiler/resolve.py and
+  docs/support.md "Paths in manifests"); absolute only when the spec path or value is.
+* ``commands.trainer_argv`` is ``python -m runtime.execute {manifest}``; ``{manifest}`` and
+  ``{host:N}`` (engine URLs on other nodes in ``router_argv``) are placeholders.
+* ``plan.placement`` also has ``judges``, ``replicas``, ``gpus_per_replica``,
+  ``allocated_gpus``, ``used_gpus``, ``unused_gpus``, ``policy_gpus``, ``judge_gpus``,
+  ``widest_node``; engines carry ``device``; ``trainer`` carries ``world_size`` and
+  ``device``. ``plan`` also has ``scoring_pass`` and ``evaluation``.
+* Extra top-level keys: ``facts`` (aggregates the rules read, so lint can re-check),
+  ``warnings`` (the compile's advisories), ``source.recipe`` / ``source.recipe_sha256``,
+  ``paths.prepared`` / ``paths.eval_snapshots``.
+* A CPU trainer (``trainer.gpus = 0``) has ``trainer.cpu_processes`` gloo ranks.
 """
 
 from __future__ import annotations
@@ -60,24 +78,46 @@ class Spec(Section):
     model: ModelSection = fld(description="policy checkpoint")
     data: DataSection = fld(description="prompts and verifiers")
     output: OutputSection = fld(description="run directory")
-    launch: LaunchSection = Field(default={}, validate_default=True, description="Beaker submission")
+    launch: LaunchSection = Field(
+        default={}, validate_default=True, description="Beaker submission"
+    )
     training: TrainingSection = Field(default={}, validate_default=True, description="outer loop")
-    trainer: TrainerSection = Field(default={}, validate_default=True, description="OLMo-core trainer")
-    inference: InferenceSection = Field(default={}, validate_default=True, description="rollout engines")
-    optimizer: OptimizerSection = Field(default={}, validate_default=True, description="optimizer and loss")
-    async_: AsyncSection = Field(default={}, validate_default=True, alias="async", description="async rollouts")
-    checkpoint: CheckpointSection = Field(default={}, validate_default=True, description="checkpoints")
+    trainer: TrainerSection = Field(
+        default={}, validate_default=True, description="OLMo-core trainer"
+    )
+    inference: InferenceSection = Field(
+        default={}, validate_default=True, description="rollout engines"
+    )
+    optimizer: OptimizerSection = Field(
+        default={}, validate_default=True, description="optimizer and loss"
+    )
+    async_: AsyncSection = Field(
+        default={}, validate_default=True, alias="async", description="async rollouts"
+    )
+    checkpoint: CheckpointSection = Field(
+        default={}, validate_default=True, description="checkpoints"
+    )
     rewards: RewardsSection = Field(default={}, validate_default=True, description="verifiers")
     judges: dict[JudgeName, Judge] = Field(default={}, description="LLM judge services")
     rubrics: dict[str, Rubric] = Field(default={}, description="judge rubric profiles")
-    judging: JudgingSection = Field(default={}, validate_default=True, description="verifier bindings")
-    evaluation: EvaluationSection = Field(default={}, validate_default=True, description="evaluation")
-    tracking: TrackingSection = Field(default={}, validate_default=True, description="metrics and W&B")
+    judging: JudgingSection = Field(
+        default={}, validate_default=True, description="verifier bindings"
+    )
+    evaluation: EvaluationSection = Field(
+        default={}, validate_default=True, description="evaluation"
+    )
+    tracking: TrackingSection = Field(
+        default={}, validate_default=True, description="metrics and W&B"
+    )
     compiler_cache: CompilerCacheSection = Field(
         default={}, validate_default=True, description="Triton caches"
     )
-    runtime: RuntimeSection = Field(default={}, validate_default=True, description="runtime connections")
-    native: NativeSection = Field(default={}, validate_default=True, description="native pass-through")
+    runtime: RuntimeSection = Field(
+        default={}, validate_default=True, description="runtime connections"
+    )
+    native: NativeSection = Field(
+        default={}, validate_default=True, description="native pass-through"
+    )
 
 
 # Sections whose fields are fixed (model classes); judges/rubrics/judging.bindings are maps.

@@ -8,7 +8,9 @@ from compiler.spec._base import Section, fld
 
 
 class AsyncSection(Section):
-    enabled: bool = fld(False, description="overlap rollout and training", aliases=("async.fully_async",))
+    enabled: bool = fld(
+        False, description="overlap rollout and training", aliases=("async.fully_async",)
+    )
     max_policy_lag: int | None = fld(
         None,
         description="oldest policy (in optimizer updates) a trained sample may come from",

@@ -19,9 +19,7 @@ class TaskEntry(Section):
         description="local data file (JSONL/parquet) for the task; generated tasks "
         "(arithmetic, multiplication) need none",
     )
-    train_count: int | None = fld(
-        None, description="training prompts to take (null: all)", ge=1
-    )
+    train_count: int | None = fld(None, description="training prompts to take (null: all)", ge=1)
     eval_count: int | None = fld(
         None, description="held-out prompts for evaluation (null: none)", ge=1
     )
@@ -44,15 +42,11 @@ class DataSection(Section):
     prompt_data: str | None = fld(
         None, description="selector: prepared training JSONL (needs reward_config)"
     )
-    reward_config: str | None = fld(
-        None, description="verifier registry JSON for prompt_data"
-    )
+    reward_config: str | None = fld(None, description="verifier registry JSON for prompt_data")
     manifest: str | None = fld(
         None, description="selector: an immutable data manifest with sha256s"
     )
-    eval: list[EvalSet] = Field(
-        default=[], description="extra held-out eval sets (name + path)"
-    )
+    eval: list[EvalSet] = Field(default=[], description="extra held-out eval sets (name + path)")
     seed: int = fld(17, description="data seed (shuffling, generated tasks)", ge=0)
     shuffle: bool = fld(True, description="shuffle training prompts")
     prompt_wrapper: PromptWrapper = fld("none", description="default prompt wrapper for tasks")

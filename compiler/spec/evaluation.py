@@ -18,27 +18,49 @@ class EvalTask(Section):
 
 class EvaluationSection(Section):
     mode: Literal["shared", "background"] = fld(
-        "shared", description="shared: rollout engines evaluate held-out data; background: separate jobs"
+        "shared",
+        description="shared: rollout engines evaluate held-out data; background: separate jobs",
     )
-    temperature: float = fld(0.0, description="shared: eval sampling temperature", ge=0.0)
-    samples_per_prompt: int = fld(1, description="shared: samples per eval prompt", ge=1)
+    temperature: float = fld(
+        0.0,
+        description="shared: eval sampling temperature",
+        aliases=("training.eval_temperature",),
+        ge=0.0,
+    )
+    samples_per_prompt: int = fld(
+        1,
+        description="shared: samples per eval prompt",
+        aliases=("training.n_samples_per_eval_prompt",),
+        ge=1,
+    )
     max_response_length: int | None = fld(
-        None, description="shared: eval response cap", derived="inference.max_response_length", ge=1
+        None,
+        description="shared: eval response cap",
+        aliases=("training.eval_max_response_length",),
+        derived="inference.max_response_length",
+        ge=1,
     )
     interval: int | None = fld(
-        None, description="background: optimizer updates between milestones", derived="20 in background mode", ge=1
+        None,
+        description="background: optimizer updates between milestones",
+        derived="20 in background mode",
+        ge=1,
     )
     initial: bool = fld(True, description="background: evaluate update 0")
     final: bool = fld(True, description="background: evaluate the final update")
     image: str | None = fld(
-        None, description="background: immutable Beaker image id", pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$"
+        None,
+        description="background: immutable Beaker image id",
+        pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$",
     )
     revision: str | None = fld(
         None, description="background: olmo-eval commit (40 hex)", pattern=r"^[0-9a-f]{40}$"
     )
     gpus: int = fld(1, description="background: GPUs per evaluator job", ge=1, le=8)
     cluster: str | None = fld(None, description="background: cluster", derived="launch.cluster")
-    workspace: str | None = fld(None, description="background: workspace", derived="launch.workspace")
+    workspace: str | None = fld(
+        None, description="background: workspace", derived="launch.workspace"
+    )
     budget: str | None = fld(None, description="background: budget", derived="launch.budget")
     submit_timeout: int = fld(30, description="background: seconds for one submission", ge=1)
     timeout: str = fld("3h", description="background: evaluator task timeout")

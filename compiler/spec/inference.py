@@ -42,7 +42,10 @@ class InferenceSection(Section):
         "cache_aware", description="sglang-router load-balancing policy"
     )
     router_cache_threshold: float = fld(
-        0.5, description="cache-aware policy: prefix-match ratio to prefer a cached worker", ge=0.0, le=1.0
+        0.5,
+        description="cache-aware policy: prefix-match ratio to prefer a cached worker",
+        ge=0.0,
+        le=1.0,
     )
     router_balance_abs_threshold: int = fld(
         32, description="cache-aware policy: absolute load gap that forces balancing", ge=0
@@ -122,8 +125,10 @@ class InferenceSection(Section):
     )
     cuda_graph_decode: bool = fld(True, description="CUDA graphs for decode")
     cuda_graph_max_bs: int = fld(
-        64, description="largest decode batch captured in CUDA graphs",
-        aliases=("inference.sglang_cuda_graph_max_bs_decode",), ge=1
+        64,
+        description="largest decode batch captured in CUDA graphs",
+        aliases=("inference.sglang_cuda_graph_max_bs_decode",),
+        ge=1,
     )
     chunked_prefill_size: int | None = fld(
         None, description="SGLang chunked prefill size (-1: off)", ge=-1

@@ -58,6 +58,4 @@ class Binding(Section):
 
 
 class JudgingSection(Section):
-    bindings: dict[str, Binding] = Field(
-        default={}, description="verifier name -> judge + rubric"
-    )
+    bindings: dict[str, Binding] = Field(default={}, description="verifier name -> judge + rubric")

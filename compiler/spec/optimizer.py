@@ -24,7 +24,10 @@ class OptimizerSection(Section):
     eps_clip: float = fld(0.2, description="PPO ratio clip, low side", ge=0.0)
     eps_clip_high: float = fld(0.28, description="PPO ratio clip, high side", ge=0.0)
     kl_coef: float = fld(
-        0.0, description="KL penalty to the initial policy", aliases=("optimizer.kl_loss_coef",), ge=0.0
+        0.0,
+        description="KL penalty to the initial policy",
+        aliases=("optimizer.kl_loss_coef",),
+        ge=0.0,
     )
     kl_estimator: Literal["k1", "k2", "k3"] = fld("k3", description="KL estimator")
     entropy_coef: float = fld(0.0, description="entropy bonus", ge=0.0)

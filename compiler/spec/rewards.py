@@ -41,10 +41,14 @@ class RewardsSection(Section):
     failure_policy: Literal["zero", "fail"] = fld(
         "zero", description="a verifier error scores 0 (zero) or stops the run (fail)"
     )
-    exclude_truncated: bool = fld(
-        False, description="give truncated responses no gradient"
-    )
+    exclude_truncated: bool = fld(False, description="give truncated responses no gradient")
     math: MathReward = Field(default={}, validate_default=True, description="math / gsm8k verifier")
-    code: CodeReward = Field(default={}, validate_default=True, description="code execution verifier")
-    ifeval: IfevalReward = Field(default={}, validate_default=True, description="instruction-following verifier")
-    length_penalty: LengthPenalty = Field(default={}, validate_default=True, description="length shaping")
+    code: CodeReward = Field(
+        default={}, validate_default=True, description="code execution verifier"
+    )
+    ifeval: IfevalReward = Field(
+        default={}, validate_default=True, description="instruction-following verifier"
+    )
+    length_penalty: LengthPenalty = Field(
+        default={}, validate_default=True, description="length shaping"
+    )

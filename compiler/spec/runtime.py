@@ -12,7 +12,12 @@ class RuntimeSection(Section):
     retry_backoff_s: float = fld(0.5, description="first retry backoff (doubles)", ge=0.0)
     group_retries: int = fld(2, description="whole-group retries of failed generations", ge=0)
     startup_timeout_s: int = fld(300, description="seconds for engines and router to come up", ge=1)
-    weight_audit: bool = fld(True, description="compare engine and trainer weight checksums at start")
+    publish_timeout_s: float = fld(
+        120.0, description="seconds for one weight publication to reach every engine", gt=0.0
+    )
+    weight_audit: bool = fld(
+        True, description="compare engine and trainer weight checksums at start"
+    )
     max_logprob_mismatch: float | None = fld(
         None,
         description="fail if the mean trainer/engine logprob gap exceeds this",

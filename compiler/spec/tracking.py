@@ -16,6 +16,8 @@ class TrackingSection(Section):
     )
     wandb_project: str | None = fld(None, description="W&B project")
     wandb_team: str | None = fld(None, description="W&B entity")
-    wandb_group: str | None = fld(None, description="W&B group", aliases=("tracking.comparison_id",))
+    wandb_group: str | None = fld(
+        None, description="W&B group", aliases=("tracking.comparison_id",)
+    )
     wandb_run_name: str | None = fld(None, description="W&B run name", derived="name")
     log_interval: int = fld(1, description="optimizer updates between metric lines", ge=1)

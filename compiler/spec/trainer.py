@@ -38,7 +38,9 @@ class TrainerSection(Section):
     )
     dynamic_batching: bool = fld(False, description="dynamic batch sizing (not supported)")
     activation_recompute: bool = fld(
-        True, description="recompute activations in backward (saves memory)"
+        True,
+        description="recompute activations in backward (saves memory)",
+        aliases=("trainer.activation_checkpointing",),
     )
     attention_backend: Literal["sdpa", "flash", "torch"] | None = fld(
         None,
@@ -67,7 +69,10 @@ class TrainerSection(Section):
         ge=0.0,
     )
     router_z_loss_coef: float = fld(
-        0.0, description="MoE router z-loss weight", aliases=("trainer.router_z_loss_weight",), ge=0.0
+        0.0,
+        description="MoE router z-loss weight",
+        aliases=("trainer.router_z_loss_weight",),
+        ge=0.0,
     )
     router_aux_loss_reduction: Literal["token", "response"] = fld(
         "token", description="how the aux loss averages"

@@ -32,6 +32,11 @@ class TrainingSection(Section):
     filter_zero_std_groups: bool = fld(
         True, description="drop prompt groups whose rewards are all equal and refill the batch"
     )
+    max_refill_rounds: int = fld(
+        2,
+        description="extra generation rounds to refill groups dropped by filter_zero_std_groups",
+        ge=0,
+    )
     max_run_seconds: int | None = fld(
         None, description="soft wall-clock budget; the run stops cleanly after it", ge=1
     )

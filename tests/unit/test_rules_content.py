@@ -30,113 +30,507 @@ ASYNC = "[async]\nenabled = true\n"
 # (rule id, triggering body, clean body)
 CASES: list[tuple[str, str, str]] = [
     # model / data
-    ("model-builtin-format", '[model]\nsource = "builtin:tiny"\nformat = "hf"  # <-\n', '[model]\nsource = "builtin:tiny"\n'),
-    ("model-builtin-unknown", '[model]\nsource = "builtin:huge"  # <-\n', '[model]\nsource = "builtin:tiny"\n'),
-    ("model-format-builtin-path", '[model]\nsource = "ckpt"\nformat = "builtin"  # <-\n', '[model]\nsource = "ckpt"\nformat = "hf"\n'),
-    ("model-olmo-core-template", '[model]\nsource = "ckpt"\nformat = "olmo_core"  # <-\n', '[model]\nsource = "ckpt"\nformat = "olmo_core"\nhf_template = "tmpl"\n'),
-    ("data-selector-missing", "[data]\nseed = 1  # <-\n", '[data]\nseed = 1\n[[data.tasks]]\ntask = "arithmetic"\n'),
-    ("data-selector-conflict", '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n[[data.tasks]]  # <-\ntask = "arithmetic"\n', '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n'),
-    ("data-tasks-empty", "[data]\ntasks = []  # <-\n", '[data]\ntasks = [{ task = "arithmetic" }]\n'),
-    ("data-prompt-data-reward-config", '[data]\nprompt_data = "p.jsonl"  # <-\n', '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n'),
-    ("data-reward-config-without-prompt-data", '[data]\nreward_config = "r.json"  # <-\n[[data.tasks]]\ntask = "arithmetic"\n', '[[data.tasks]]\ntask = "arithmetic"\n'),
-    ("data-duplicate-task", '[[data.tasks]]\ntask = "arithmetic"\n[[data.tasks]]\ntask = "arithmetic"  # <-\n', '[[data.tasks]]\ntask = "arithmetic"\n[[data.tasks]]\ntask = "multiplication"\n'),
-    ("filter-zero-std-single-sample", "[inference]\nsamples_per_prompt = 1\n[training]\nfilter_zero_std_groups = true  # <-\n", "[inference]\nsamples_per_prompt = 2\n[training]\nfilter_zero_std_groups = true\n"),
-    ("algorithm-opd-experimental", '[training]\nalgorithm = "opd"  # <-\n', '[training]\nalgorithm = "grpo"\n'),
-    ("algorithm-opd-one-node", '[training]\nalgorithm = "opd"  # <-\n[trainer]\nnodes = 2\n', '[training]\nalgorithm = "opd"\n[trainer]\nnodes = 1\n'),
+    (
+        "model-builtin-format",
+        '[model]\nsource = "builtin:tiny"\nformat = "hf"  # <-\n',
+        '[model]\nsource = "builtin:tiny"\n',
+    ),
+    (
+        "model-builtin-unknown",
+        '[model]\nsource = "builtin:huge"  # <-\n',
+        '[model]\nsource = "builtin:tiny"\n',
+    ),
+    (
+        "model-format-builtin-path",
+        '[model]\nsource = "ckpt"\nformat = "builtin"  # <-\n',
+        '[model]\nsource = "ckpt"\nformat = "hf"\n',
+    ),
+    (
+        "model-olmo-core-template",
+        '[model]\nsource = "ckpt"\nformat = "olmo_core"  # <-\n',
+        '[model]\nsource = "ckpt"\nformat = "olmo_core"\nhf_template = "tmpl"\n',
+    ),
+    (
+        "data-selector-missing",
+        "[data]\nseed = 1  # <-\n",
+        '[data]\nseed = 1\n[[data.tasks]]\ntask = "arithmetic"\n',
+    ),
+    (
+        "data-selector-conflict",
+        '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n[[data.tasks]]  # <-\ntask = "arithmetic"\n',
+        '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n',
+    ),
+    (
+        "data-tasks-empty",
+        "[data]\ntasks = []  # <-\n",
+        '[data]\ntasks = [{ task = "arithmetic" }]\n',
+    ),
+    (
+        "data-prompt-data-reward-config",
+        '[data]\nprompt_data = "p.jsonl"  # <-\n',
+        '[data]\nprompt_data = "p.jsonl"\nreward_config = "r.json"\n',
+    ),
+    (
+        "data-reward-config-without-prompt-data",
+        '[data]\nreward_config = "r.json"  # <-\n[[data.tasks]]\ntask = "arithmetic"\n',
+        '[[data.tasks]]\ntask = "arithmetic"\n',
+    ),
+    (
+        "data-duplicate-task",
+        '[[data.tasks]]\ntask = "arithmetic"\n[[data.tasks]]\ntask = "arithmetic"  # <-\n',
+        '[[data.tasks]]\ntask = "arithmetic"\n[[data.tasks]]\ntask = "multiplication"\n',
+    ),
+    (
+        "filter-zero-std-single-sample",
+        "[inference]\nsamples_per_prompt = 1\n[training]\nfilter_zero_std_groups = true  # <-\n",
+        "[inference]\nsamples_per_prompt = 2\n[training]\nfilter_zero_std_groups = true\n",
+    ),
+    (
+        "algorithm-opd-experimental",
+        '[training]\nalgorithm = "opd"  # <-\n',
+        '[training]\nalgorithm = "grpo"\n',
+    ),
+    (
+        "algorithm-opd-one-node",
+        '[training]\nalgorithm = "opd"  # <-\n[trainer]\nnodes = 2\n',
+        '[training]\nalgorithm = "opd"\n[trainer]\nnodes = 1\n',
+    ),
     # launch
-    ("launch-weka-mount", '[output]\nroot = "/weka/other/run"  # <-\n', '[output]\nroot = "/weka/oe-training-default/run"\n'),
-    ("launch-env-secret-overlap", '[launch]\nenv = { FOO = "1" }\nsecrets = { FOO = "foo-secret" }  # <-\n', '[launch]\nenv = { FOO = "1" }\nsecrets = { BAR = "bar-secret" }\n'),
-    ("launch-multinode-shared-storage", '[trainer]\nnodes = 2\n[output]\nroot = "out"  # <-\n', '[trainer]\nnodes = 2\n[output]\nroot = "/weka/oe-training-default/run"\n'),
-    ("launch-multinode-full-nodes", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 4\n[inference]\nplacement = "disaggregated"\n[launch]\ngpus_per_replica = 4  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 4\n[inference]\nplacement = "disaggregated"\n'),
-    ("launch-runtime-without-checkpoints", GPU + "[training]\nsave_checkpoints = false  # <-\n", GPU + "[training]\nsave_checkpoints = true\n"),
+    (
+        "launch-weka-mount",
+        '[output]\nroot = "/weka/other/run"  # <-\n',
+        '[output]\nroot = "/weka/oe-training-default/run"\n',
+    ),
+    (
+        "launch-weka-mount-overlap",
+        '[[launch.weka_mounts]]\nweka = "a"\nmount_path = "/weka/a"\n'
+        '[[launch.weka_mounts]]\nweka = "b"\nmount_path = "/weka/a/b"  # <-\n',
+        '[[launch.weka_mounts]]\nweka = "a"\nmount_path = "/weka/a"\n'
+        '[[launch.weka_mounts]]\nweka = "b"\nmount_path = "/weka/b"\n',
+    ),
+    (
+        "launch-env-secret-overlap",
+        '[launch]\nenv = { FOO = "1" }\nsecrets = { FOO = "foo-secret" }  # <-\n',
+        '[launch]\nenv = { FOO = "1" }\nsecrets = { BAR = "bar-secret" }\n',
+    ),
+    (
+        "launch-multinode-shared-storage",
+        '[trainer]\nnodes = 2\n[output]\nroot = "out"  # <-\n',
+        '[trainer]\nnodes = 2\n[output]\nroot = "/weka/oe-training-default/run"\n',
+    ),
+    (
+        "launch-multinode-full-nodes",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 4\n[inference]\nplacement = "disaggregated"\n[launch]\ngpus_per_replica = 4  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 4\n[inference]\nplacement = "disaggregated"\n',
+    ),
+    (
+        "launch-runtime-without-checkpoints",
+        GPU + "[training]\nsave_checkpoints = false  # <-\n",
+        GPU + "[training]\nsave_checkpoints = true\n",
+    ),
     # placement
-    ("inference-whole-engines", GPU + '[inference]\nplacement = "disaggregated"\ngpus = 3  # <-\ntensor_parallel = 2\nengine = "sglang"\n', GPU + '[inference]\nplacement = "disaggregated"\ngpus = 4\ntensor_parallel = 2\nengine = "sglang"\n'),
-    ("inference-engine-count", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nnum_engines = 1  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nnum_engines = 2\n'),
-    ("colocated-gpus-match", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\ngpus = 1  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\ngpus = 2\n'),
-    ("colocated-multinode", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "colocated"  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n'),
-    ("colocated-full-model", '[model]\nsource = "ckpt"\narchitecture = "moe"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n', '[model]\nsource = "ckpt"\narchitecture = "moe"\n[trainer]\ngpus = 1\n[inference]\nplacement = "disaggregated"\n'),
-    ("colocated-gpu-unqualified", '[model]\nsource = "ckpt"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n', GPU + '[inference]\nplacement = "colocated"\n'),
-    ("trainer-fits-replica", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4  # <-\n[launch]\ngpus_per_replica = 2\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4\n[launch]\ngpus_per_replica = 4\n'),
-    ("engine-fits-replica", GPU + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 3\ntensor_parallel = 3  # <-\n', GPU + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 3\ntensor_parallel = 1\n'),
-    ("placement-overflows-replica", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[launch]\ngpus_per_replica = 1  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[launch]\ngpus_per_replica = 2\n'),
-    ("inference-tp-unqualified", GPU + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 2\ntensor_parallel = 2  # <-\n', GPU + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 2\n'),
-    ("sglang-needs-gpus", '[inference]\nengine = "sglang"  # <-\n', '[inference]\nengine = "embedded"\n'),
-    ("sglang-builtin-model", '[model]\nsource = "builtin:tiny"\n[trainer]\ngpus = 1\n[inference]\nengine = "sglang"  # <-\n', GPU + '[inference]\nengine = "sglang"\n'),
-    ("cpu-engines-gpu-trainer", GPU + "[inference]\ngpus = 0  # <-\n", GPU + "[inference]\ngpus = 1\n"),
-    ("managed-judge-fits-replica", GPU + "[launch]\ngpus_per_replica = 2\n" + MANAGED + "gpus = 4  # <-\n" + RUBRIC + BIND, GPU + "[launch]\ngpus_per_replica = 2\n" + MANAGED + "gpus = 1\n" + RUBRIC + BIND),
+    (
+        "inference-whole-engines",
+        GPU
+        + '[inference]\nplacement = "disaggregated"\ngpus = 3  # <-\ntensor_parallel = 2\nengine = "sglang"\n',
+        GPU
+        + '[inference]\nplacement = "disaggregated"\ngpus = 4\ntensor_parallel = 2\nengine = "sglang"\n',
+    ),
+    (
+        "inference-engine-count",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nnum_engines = 1  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nnum_engines = 2\n',
+    ),
+    (
+        "colocated-gpus-match",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\ngpus = 1  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\ngpus = 2\n',
+    ),
+    (
+        "colocated-multinode",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "colocated"  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n',
+    ),
+    (
+        "colocated-full-model",
+        '[model]\nsource = "ckpt"\narchitecture = "moe"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n',
+        '[model]\nsource = "ckpt"\narchitecture = "moe"\n[trainer]\ngpus = 1\n[inference]\nplacement = "disaggregated"\n',
+    ),
+    (
+        "colocated-gpu-unqualified",
+        '[model]\nsource = "ckpt"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n',
+        GPU + '[inference]\nplacement = "colocated"\n',
+    ),
+    (
+        "trainer-fits-replica",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4  # <-\n[launch]\ngpus_per_replica = 2\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4\n[launch]\ngpus_per_replica = 4\n',
+    ),
+    (
+        "engine-fits-replica",
+        GPU
+        + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 3\ntensor_parallel = 3  # <-\n',
+        GPU
+        + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 3\ntensor_parallel = 1\n',
+    ),
+    (
+        "placement-overflows-replica",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[launch]\ngpus_per_replica = 1  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[launch]\ngpus_per_replica = 2\n',
+    ),
+    (
+        "inference-tp-unqualified",
+        GPU
+        + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 2\ntensor_parallel = 2  # <-\n',
+        GPU + '[inference]\nplacement = "disaggregated"\nengine = "sglang"\ngpus = 2\n',
+    ),
+    (
+        "sglang-needs-gpus",
+        '[inference]\nengine = "sglang"  # <-\n',
+        '[inference]\nengine = "embedded"\n',
+    ),
+    (
+        "sglang-builtin-model",
+        '[model]\nsource = "builtin:tiny"\n[trainer]\ngpus = 1\n[inference]\nengine = "sglang"  # <-\n',
+        GPU + '[inference]\nengine = "sglang"\n',
+    ),
+    (
+        "cpu-engines-gpu-trainer",
+        GPU + "[inference]\ngpus = 0  # <-\n",
+        GPU + "[inference]\ngpus = 1\n",
+    ),
+    (
+        "managed-judge-fits-replica",
+        GPU + "[launch]\ngpus_per_replica = 2\n" + MANAGED + "gpus = 4  # <-\n" + RUBRIC + BIND,
+        GPU + "[launch]\ngpus_per_replica = 2\n" + MANAGED + "gpus = 1\n" + RUBRIC + BIND,
+    ),
     ("managed-judge-cpu", MANAGED + "gpus = 1  # <-\n" + RUBRIC + BIND, JUDGE_EXT + RUBRIC + BIND),
     # batch / lengths / cadence
-    ("batch-world-multiple", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 3  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4\n'),
-    ("batch-whole-updates", "[inference]\nglobal_batch_size = 48  # <-\n", "[inference]\nglobal_batch_size = 32\n"),
-    ("batch-steps-consistent", "[optimizer]\nsteps_per_collection = 2  # <-\n", "[optimizer]\nsteps_per_collection = 1\n"),
-    ("lengths-response-below-context", "[inference]\nmax_context_length = 64\nmax_response_length = 64  # <-\n", "[inference]\nmax_context_length = 64\nmax_response_length = 32\n"),
-    ("lengths-prompt-below-context", "[inference]\nmax_context_length = 64\nmax_prompt_length = 64  # <-\n", "[inference]\nmax_context_length = 64\nmax_prompt_length = 32\n"),
-    ("lengths-budget", "[inference]\nmax_context_length = 64\nmax_prompt_length = 40  # <-\nmax_response_length = 32\n", "[inference]\nmax_context_length = 64\nmax_prompt_length = 32\nmax_response_length = 32\n"),
-    ("eval-response-below-context", "[inference]\nmax_context_length = 64\n[evaluation]\nmax_response_length = 64  # <-\n", "[inference]\nmax_context_length = 64\n[evaluation]\nmax_response_length = 16\n"),
-    ("save-interval-without-saving", "[training]\nsave_checkpoints = false\n[checkpoint]\ninterval = 5  # <-\n", "[training]\nsave_checkpoints = false\n"),
-    ("eval-interval-without-data", "[training]\neval_interval = 5  # <-\n", TASKS_EVAL + "[training]\neval_interval = 5\n"),
-    ("frequent-save", GPU + "[checkpoint]\ninterval = 2  # <-\n", GPU + "[checkpoint]\ninterval = 50\n"),
-    ("frequent-eval", GPU + TASKS_EVAL + "[training]\neval_interval = 2  # <-\n", GPU + TASKS_EVAL + "[training]\neval_interval = 20\n"),
+    (
+        "batch-world-multiple",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 3  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 4\n',
+    ),
+    (
+        "batch-whole-updates",
+        "[inference]\nglobal_batch_size = 48  # <-\n",
+        "[inference]\nglobal_batch_size = 32\n",
+    ),
+    (
+        "batch-steps-consistent",
+        "[optimizer]\nsteps_per_collection = 2  # <-\n",
+        "[optimizer]\nsteps_per_collection = 1\n",
+    ),
+    (
+        "lengths-response-below-context",
+        "[inference]\nmax_context_length = 64\nmax_response_length = 64  # <-\n",
+        "[inference]\nmax_context_length = 64\nmax_response_length = 32\n",
+    ),
+    (
+        "lengths-prompt-below-context",
+        "[inference]\nmax_context_length = 64\nmax_prompt_length = 64  # <-\n",
+        "[inference]\nmax_context_length = 64\nmax_prompt_length = 32\n",
+    ),
+    (
+        "lengths-budget",
+        "[inference]\nmax_context_length = 64\nmax_prompt_length = 40  # <-\nmax_response_length = 32\n",
+        "[inference]\nmax_context_length = 64\nmax_prompt_length = 32\nmax_response_length = 32\n",
+    ),
+    (
+        "eval-response-below-context",
+        "[inference]\nmax_context_length = 64\n[evaluation]\nmax_response_length = 64  # <-\n",
+        "[inference]\nmax_context_length = 64\n[evaluation]\nmax_response_length = 16\n",
+    ),
+    (
+        "save-interval-without-saving",
+        "[training]\nsave_checkpoints = false\n[checkpoint]\ninterval = 5  # <-\n",
+        "[training]\nsave_checkpoints = false\n",
+    ),
+    (
+        "eval-interval-without-data",
+        "[training]\neval_interval = 5  # <-\n",
+        TASKS_EVAL + "[training]\neval_interval = 5\n",
+    ),
+    (
+        "frequent-save",
+        GPU + "[checkpoint]\ninterval = 2  # <-\n",
+        GPU + "[checkpoint]\ninterval = 50\n",
+    ),
+    (
+        "frequent-eval",
+        GPU + TASKS_EVAL + "[training]\neval_interval = 2  # <-\n",
+        GPU + TASKS_EVAL + "[training]\neval_interval = 20\n",
+    ),
     # trainer / MoE
-    ("trainer-parallelism", "[trainer]\ntensor_parallel = 2  # <-\n", "[trainer]\ntensor_parallel = 1\n"),
-    ("trainer-micro-batch", "[trainer]\nmicro_batch_size = 2  # <-\n", "[trainer]\nmicro_batch_size = 1\n"),
-    ("trainer-dynamic-batching", "[trainer]\ndynamic_batching = true  # <-\n", "[trainer]\ndynamic_batching = false\n"),
-    ("expert-parallel-divides-world", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 3  # <-\n', '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 2\n'),
-    ("dense-expert-parallel", "[trainer]\ncpu_processes = 2\nexpert_parallel = 2  # <-\n", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 2\n'),
-    ("dense-router-replay", "[trainer]\nrouter_replay = true  # <-\n", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true\n'),
-    ("replay-needs-router", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true  # <-\n[inference]\nrouter = false\n', '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true\n[inference]\nrouter = true\n'),
-    ("dense-router-losses", "[trainer]\nrouter_aux_loss_coef = 0.01  # <-\n", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_aux_loss_coef = 0.01\n'),
-    ("moe-ep-unqualified", '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 4\nexpert_parallel = 4  # <-\n', '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 4\nexpert_parallel = 2\n'),
-    ("memory-fit", '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1  # <-\n[launch]\ngpu_memory_gib = 10.0\n', '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[launch]\ngpu_memory_gib = 141.0\n'),
-    ("memory-fit-colocated", '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n[launch]\ngpu_memory_gib = 40.0\n', '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"\n[launch]\ngpu_memory_gib = 141.0\n'),
+    (
+        "trainer-parallelism",
+        "[trainer]\ntensor_parallel = 2  # <-\n",
+        "[trainer]\ntensor_parallel = 1\n",
+    ),
+    (
+        "trainer-micro-batch",
+        "[trainer]\nmicro_batch_size = 2  # <-\n",
+        "[trainer]\nmicro_batch_size = 1\n",
+    ),
+    (
+        "trainer-dynamic-batching",
+        "[trainer]\ndynamic_batching = true  # <-\n",
+        "[trainer]\ndynamic_batching = false\n",
+    ),
+    (
+        "expert-parallel-divides-world",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 3  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 2\n',
+    ),
+    (
+        "dense-expert-parallel",
+        "[trainer]\ncpu_processes = 2\nexpert_parallel = 2  # <-\n",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 2\n',
+    ),
+    (
+        "dense-router-replay",
+        "[trainer]\nrouter_replay = true  # <-\n",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true\n',
+    ),
+    (
+        "replay-needs-router",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true  # <-\n[inference]\nrouter = false\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_replay = true\n[inference]\nrouter = true\n',
+    ),
+    (
+        "dense-router-losses",
+        "[trainer]\nrouter_aux_loss_coef = 0.01  # <-\n",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_aux_loss_coef = 0.01\n',
+    ),
+    (
+        "moe-ep-unqualified",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 4\nexpert_parallel = 4  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 4\nexpert_parallel = 2\n',
+    ),
+    (
+        "memory-fit",
+        '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1  # <-\n[launch]\ngpu_memory_gib = 10.0\n',
+        '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[launch]\ngpu_memory_gib = 141.0\n',
+    ),
+    (
+        "memory-fit-colocated",
+        '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"  # <-\n[launch]\ngpu_memory_gib = 40.0\n',
+        '[model]\nsource = "builtin:olmo3-1b"\n[trainer]\ngpus = 1\n[inference]\nplacement = "colocated"\n[launch]\ngpu_memory_gib = 141.0\n',
+    ),
     # packing
-    ("packing-budget-without-packing", "[trainer]\npacking_max_tokens = 128  # <-\n", "[trainer]\nsequence_packing = true\npacking_max_tokens = 8192\n"),
-    ("packing-budget-below-context", "[inference]\nmax_context_length = 64\n[trainer]\nsequence_packing = true\npacking_max_tokens = 32  # <-\n", "[inference]\nmax_context_length = 64\n[trainer]\nsequence_packing = true\npacking_max_tokens = 64\n"),
-    ("packing-attention-isolation", '[trainer]\nsequence_packing = true\nattention_backend = "torch"  # <-\n', '[trainer]\nsequence_packing = true\nattention_backend = "sdpa"\n'),
-    ("flash-needs-gpu", '[trainer]\nattention_backend = "flash"  # <-\n', '[trainer]\nattention_backend = "sdpa"\n'),
-    ("recompute-long-context", "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = false  # <-\n", "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = true\n"),
+    (
+        "packing-budget-without-packing",
+        "[trainer]\npacking_max_tokens = 128  # <-\n",
+        "[trainer]\nsequence_packing = true\npacking_max_tokens = 8192\n",
+    ),
+    (
+        "packing-budget-below-context",
+        "[inference]\nmax_context_length = 64\n[trainer]\nsequence_packing = true\npacking_max_tokens = 32  # <-\n",
+        "[inference]\nmax_context_length = 64\n[trainer]\nsequence_packing = true\npacking_max_tokens = 64\n",
+    ),
+    (
+        "packing-attention-isolation",
+        '[trainer]\nsequence_packing = true\nattention_backend = "torch"  # <-\n',
+        '[trainer]\nsequence_packing = true\nattention_backend = "sdpa"\n',
+    ),
+    (
+        "flash-needs-gpu",
+        '[trainer]\nattention_backend = "flash"  # <-\n',
+        '[trainer]\nattention_backend = "sdpa"\n',
+    ),
+    (
+        "recompute-long-context",
+        "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = false  # <-\n",
+        "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = true\n",
+    ),
     # async / publication
-    ("async-disaggregated", '[async]\nenabled = true  # <-\n[inference]\nplacement = "colocated"\n', ASYNC),
-    ("async-correction", ASYNC + 'off_policy_correction = "none"  # <-\n', ASYNC + 'off_policy_correction = "tis"\n'),
-    ("tis-with-rollout-anchor", '[async]\noff_policy_correction = "tis"  # <-\n[optimizer]\nuse_rollout_logprobs = true\n', '[async]\noff_policy_correction = "tis"\n[optimizer]\nuse_rollout_logprobs = false\n'),
+    (
+        "async-disaggregated",
+        '[async]\nenabled = true  # <-\n[inference]\nplacement = "colocated"\n',
+        ASYNC,
+    ),
+    (
+        "async-correction",
+        ASYNC + 'off_policy_correction = "none"  # <-\n',
+        ASYNC + 'off_policy_correction = "tis"\n',
+    ),
+    (
+        "tis-with-rollout-anchor",
+        '[async]\noff_policy_correction = "tis"  # <-\n[optimizer]\nuse_rollout_logprobs = true\n',
+        '[async]\noff_policy_correction = "tis"\n[optimizer]\nuse_rollout_logprobs = false\n',
+    ),
     ("async-lag-positive", ASYNC + "max_policy_lag = 0  # <-\n", ASYNC + "max_policy_lag = 2\n"),
-    ("async-lag-steps", ASYNC + "max_policy_lag = 1  # <-\n[inference]\nglobal_batch_size = 16\n", ASYNC + "max_policy_lag = 3\n[inference]\nglobal_batch_size = 16\n"),
+    (
+        "async-lag-steps",
+        ASYNC + "max_policy_lag = 1  # <-\n[inference]\nglobal_batch_size = 16\n",
+        ASYNC + "max_policy_lag = 3\n[inference]\nglobal_batch_size = 16\n",
+    ),
     ("sync-lag", "[async]\nmax_policy_lag = 3  # <-\n", "[async]\nenabled = false\n"),
     ("async-buffer-group", ASYNC + "buffer_factor = 0.05  # <-\n", ASYNC + "buffer_factor = 1.0\n"),
-    ("publication-needs-async", '[async]\npublication_mode = "refresh"  # <-\n', '[async]\npublication_mode = "barrier"\n'),
-    ("publication-one-step", ASYNC + 'publication_mode = "engine_drain"  # <-\n[inference]\nglobal_batch_size = 32\n', ASYNC + 'publication_mode = "engine_drain"\n[inference]\nglobal_batch_size = 64\n'),
-    ("publication-tp1", GPU + ASYNC + 'publication_mode = "engine_drain"  # <-\n[inference]\nengine = "sglang"\ngpus = 2\ntensor_parallel = 2\n', GPU + ASYNC + 'publication_mode = "engine_drain"\n[inference]\nengine = "sglang"\ngpus = 2\n'),
-    ("refresh-needs-tis", ASYNC + 'publication_mode = "refresh"  # <-\n[optimizer]\nuse_rollout_logprobs = true\n', ASYNC + 'publication_mode = "refresh"\n'),
-    ("refresh-sampling", ASYNC + 'publication_mode = "refresh"\n[inference]\ntemperature = 0.7  # <-\n', ASYNC + 'publication_mode = "refresh"\n[inference]\ntemperature = 1.0\n'),
-    ("refresh-router", ASYNC + 'publication_mode = "refresh"\n[inference]\nrouter = false  # <-\n', ASYNC + 'publication_mode = "refresh"\n[inference]\nrouter = true\n'),
-    ("engine-drain-experimental", ASYNC + 'publication_mode = "engine_drain"  # <-\n', ASYNC + 'publication_mode = "barrier"\n'),
-    ("async-producer-whole-groups", ASYNC + "producer_budget = 100  # <-\n", ASYNC + "producer_budget = 96\n"),
-    ("async-producer-below-slots", ASYNC + "producer_budget = 8  # <-\n", ASYNC + "producer_budget = 128\n"),
-    ("async-concurrency-below-admission", "[inference]\nserver_concurrency = 8  # <-\n", "[inference]\nserver_concurrency = 64\n"),
-    ("async-buffer-below-collection", ASYNC + "buffer_factor = 0.5  # <-\n", ASYNC + "buffer_factor = 2.0\n"),
-    ("async-buffer-beyond-lag", ASYNC + "max_policy_lag = 1\nbuffer_factor = 4.0  # <-\n", ASYNC + "max_policy_lag = 1\nbuffer_factor = 2.0\n"),
-    ("async-producer-beyond-lag", ASYNC + "max_policy_lag = 1\nproducer_budget = 256  # <-\n", ASYNC + "max_policy_lag = 1\nproducer_budget = 128\n"),
-    ("sync-underfeeds-fleet", '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nprompts_per_collection = 8  # <-\n', '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nprompts_per_collection = 16\n'),
+    (
+        "publication-needs-async",
+        '[async]\npublication_mode = "refresh"  # <-\n',
+        '[async]\npublication_mode = "barrier"\n',
+    ),
+    (
+        "publication-one-step",
+        ASYNC + 'publication_mode = "engine_drain"  # <-\n[inference]\nglobal_batch_size = 32\n',
+        ASYNC + 'publication_mode = "engine_drain"\n[inference]\nglobal_batch_size = 64\n',
+    ),
+    (
+        "publication-tp1",
+        GPU
+        + ASYNC
+        + 'publication_mode = "engine_drain"  # <-\n[inference]\nengine = "sglang"\ngpus = 2\ntensor_parallel = 2\n',
+        GPU
+        + ASYNC
+        + 'publication_mode = "engine_drain"\n[inference]\nengine = "sglang"\ngpus = 2\n',
+    ),
+    (
+        "refresh-needs-tis",
+        ASYNC + 'publication_mode = "refresh"  # <-\n[optimizer]\nuse_rollout_logprobs = true\n',
+        ASYNC + 'publication_mode = "refresh"\n',
+    ),
+    (
+        "refresh-sampling",
+        ASYNC + 'publication_mode = "refresh"\n[inference]\ntemperature = 0.7  # <-\n',
+        ASYNC + 'publication_mode = "refresh"\n[inference]\ntemperature = 1.0\n',
+    ),
+    (
+        "refresh-router",
+        ASYNC + 'publication_mode = "refresh"\n[inference]\nrouter = false  # <-\n',
+        ASYNC + 'publication_mode = "refresh"\n[inference]\nrouter = true\n',
+    ),
+    (
+        "engine-drain-experimental",
+        ASYNC + 'publication_mode = "engine_drain"  # <-\n',
+        ASYNC + 'publication_mode = "barrier"\n',
+    ),
+    (
+        "async-producer-whole-groups",
+        ASYNC + "producer_budget = 100  # <-\n",
+        ASYNC + "producer_budget = 96\n",
+    ),
+    (
+        "async-producer-below-slots",
+        ASYNC + "producer_budget = 8  # <-\n",
+        ASYNC + "producer_budget = 128\n",
+    ),
+    (
+        "async-concurrency-below-admission",
+        "[inference]\nserver_concurrency = 8  # <-\n",
+        "[inference]\nserver_concurrency = 64\n",
+    ),
+    (
+        "async-buffer-below-collection",
+        ASYNC + "buffer_factor = 0.5  # <-\n",
+        ASYNC + "buffer_factor = 2.0\n",
+    ),
+    (
+        "async-buffer-beyond-lag",
+        ASYNC + "max_policy_lag = 1\nbuffer_factor = 4.0  # <-\n",
+        ASYNC + "max_policy_lag = 1\nbuffer_factor = 2.0\n",
+    ),
+    (
+        "async-producer-beyond-lag",
+        ASYNC + "max_policy_lag = 1\nproducer_budget = 256  # <-\n",
+        ASYNC + "max_policy_lag = 1\nproducer_budget = 128\n",
+    ),
+    (
+        "sync-underfeeds-fleet",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nprompts_per_collection = 8  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\nprompts_per_collection = 16\n',
+    ),
     # serving
-    ("token-pool-below-context", "[inference]\nmax_context_length = 64\nmax_total_tokens = 32  # <-\n", "[inference]\nmax_context_length = 64\nmax_total_tokens = 4096\n"),
-    ("token-pool-limits-concurrency", "[inference]\nmax_context_length = 64\nmax_total_tokens = 128  # <-\n", "[inference]\nmax_context_length = 64\nmax_total_tokens = 4096\n"),
-    ("prefill-chunk-above-pool", "[inference]\nchunked_prefill_size = 999999  # <-\n", "[inference]\nchunked_prefill_size = 2048\n"),
-    ("mamba-cache-admission", '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 16  # <-\n', '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 128\n'),
-    ("mamba-radix-capacity", '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 128  # <-\n', '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 512\n'),
-    ("embedded-engine-gpu-tp", "[inference]\ntensor_parallel = 2  # <-\n", "[inference]\ntensor_parallel = 1\n"),
-    ("decode-graphs-disabled", GPU + ASYNC + '[inference]\nengine = "sglang"\ncuda_graph_decode = false  # <-\n', GPU + ASYNC + '[inference]\nengine = "sglang"\ncuda_graph_decode = true\n'),
+    (
+        "token-pool-below-context",
+        "[inference]\nmax_context_length = 64\nmax_total_tokens = 32  # <-\n",
+        "[inference]\nmax_context_length = 64\nmax_total_tokens = 4096\n",
+    ),
+    (
+        "token-pool-limits-concurrency",
+        "[inference]\nmax_context_length = 64\nmax_total_tokens = 128  # <-\n",
+        "[inference]\nmax_context_length = 64\nmax_total_tokens = 4096\n",
+    ),
+    (
+        "prefill-chunk-above-pool",
+        "[inference]\nchunked_prefill_size = 999999  # <-\n",
+        "[inference]\nchunked_prefill_size = 2048\n",
+    ),
+    (
+        "mamba-cache-admission",
+        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 16  # <-\n',
+        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 128\n',
+    ),
+    (
+        "mamba-radix-capacity",
+        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 128  # <-\n',
+        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 512\n',
+    ),
+    (
+        "embedded-engine-gpu-tp",
+        "[inference]\ntensor_parallel = 2  # <-\n",
+        "[inference]\ntensor_parallel = 1\n",
+    ),
+    (
+        "decode-graphs-disabled",
+        GPU + ASYNC + '[inference]\nengine = "sglang"\ncuda_graph_decode = false  # <-\n',
+        GPU + ASYNC + '[inference]\nengine = "sglang"\ncuda_graph_decode = true\n',
+    ),
     # judges
-    ("judges-without-bindings", JUDGE_EXT.replace("[judges.j]\n", "[judges.j]  # <-\n"), JUDGE_EXT + RUBRIC + BIND),
-    ("binding-unknown-judge", JUDGE_EXT + RUBRIC + '[judging.bindings.quality]\njudge = "nope"  # <-\nrubric = "r"\n', JUDGE_EXT + RUBRIC + BIND),
-    ("binding-unknown-rubric", JUDGE_EXT + RUBRIC + '[judging.bindings.quality]\njudge = "j"\nrubric = "nope"  # <-\n', JUDGE_EXT + RUBRIC + BIND),
-    ("rubric-reservation", JUDGE_EXT + RUBRIC + "max_response_tokens = 50000  # <-\n" + BIND, JUDGE_EXT + RUBRIC + "max_response_tokens = 4096\n" + BIND),
-    ("judge-yarn-model", GPU + MANAGED + 'context_extension = "qwen3-yarn-128k"  # <-\n' + RUBRIC + BIND, GPU + MANAGED + 'context_extension = "none"\n' + RUBRIC + BIND),
+    (
+        "judges-without-bindings",
+        JUDGE_EXT.replace("[judges.j]\n", "[judges.j]  # <-\n"),
+        JUDGE_EXT + RUBRIC + BIND,
+    ),
+    (
+        "binding-unknown-judge",
+        JUDGE_EXT + RUBRIC + '[judging.bindings.quality]\njudge = "nope"  # <-\nrubric = "r"\n',
+        JUDGE_EXT + RUBRIC + BIND,
+    ),
+    (
+        "binding-unknown-rubric",
+        JUDGE_EXT + RUBRIC + '[judging.bindings.quality]\njudge = "j"\nrubric = "nope"  # <-\n',
+        JUDGE_EXT + RUBRIC + BIND,
+    ),
+    (
+        "rubric-reservation",
+        JUDGE_EXT + RUBRIC + "max_response_tokens = 50000  # <-\n" + BIND,
+        JUDGE_EXT + RUBRIC + "max_response_tokens = 4096\n" + BIND,
+    ),
+    (
+        "judge-yarn-model",
+        GPU + MANAGED + 'context_extension = "qwen3-yarn-128k"  # <-\n' + RUBRIC + BIND,
+        GPU + MANAGED + 'context_extension = "none"\n' + RUBRIC + BIND,
+    ),
     # evaluation
-    ("background-eval-image", '[evaluation]\nmode = "background"  # <-\n[[evaluation.tasks]]\ntask = "gsm8k"\n', EVAL_BG),
-    ("background-eval-tasks", '[evaluation]\nmode = "background"  # <-\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\nrevision = "' + "b" * 40 + '"\n', EVAL_BG),
+    (
+        "background-eval-image",
+        '[evaluation]\nmode = "background"  # <-\n[[evaluation.tasks]]\ntask = "gsm8k"\n',
+        EVAL_BG,
+    ),
+    (
+        "background-eval-tasks",
+        '[evaluation]\nmode = "background"  # <-\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\nrevision = "'
+        + "b" * 40
+        + '"\n',
+        EVAL_BG,
+    ),
     ("background-eval-shared-settings", "[training]\neval_interval = 5  # <-\n" + EVAL_BG, EVAL_BG),
-    ("shared-eval-background-fields", '[evaluation]\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"  # <-\n', '[evaluation]\nmode = "shared"\n'),
-    ("background-eval-server-args", EVAL_BG.replace('[[evaluation.tasks]]', 'server_args = ["--port=1"]  # <-\n[[evaluation.tasks]]'), EVAL_BG.replace('[[evaluation.tasks]]', 'server_args = ["--enable-metrics"]\n[[evaluation.tasks]]')),
+    (
+        "shared-eval-background-fields",
+        '[evaluation]\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"  # <-\n',
+        '[evaluation]\nmode = "shared"\n',
+    ),
+    (
+        "background-eval-server-args",
+        EVAL_BG.replace(
+            "[[evaluation.tasks]]", 'server_args = ["--port=1"]  # <-\n[[evaluation.tasks]]'
+        ),
+        EVAL_BG.replace(
+            "[[evaluation.tasks]]", 'server_args = ["--enable-metrics"]\n[[evaluation.tasks]]'
+        ),
+    ),
 ]
 
 BASE = {
@@ -175,10 +569,12 @@ def test_rule(tmp_path: Path, code: str, bad: str, good: str) -> None:
     hits = [d for d in result.diagnostics if d.code == code]
     shown = "\n".join(f"{d.code} {d.span} {d.message}" for d in result.diagnostics)
     assert hits, f"{code} did not fire:\n{shown}"
-    assert any(d.span is not None and d.span.source == str(path) and d.span.line == line for d in hits), (
-        f"{code} points at {[str(d.span) for d in hits]}, expected line {line}"
+    assert any(
+        d.span is not None and d.span.source == str(path) and d.span.line == line for d in hits
+    ), f"{code} points at {[str(d.span) for d in hits]}, expected line {line}"
+    assert result.bound is not None and result.bound.spec is not None, (
+        "the trigger must bind cleanly"
     )
-    assert result.bound is not None and result.bound.spec is not None, "the trigger must bind cleanly"
 
     path, _ = write_spec(tmp_path, good, "good.toml")
     result = compile_spec(str(path))
