@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import statistics
 import sys
 import time
 import tomllib
@@ -88,9 +87,7 @@ def test_spans_point_at_keys_values_and_headers() -> None:
     assert doc.value_span(("data", "eval", 1)) == Span("spec.toml", 7, 1, 7, 14)
     assert doc.value_span(("data", "eval", 1, "path")) == Span("spec.toml", 8, 8, 8, 17)
     assert doc.value_span(("data", "eval", 1, "opts")) == Span("spec.toml", 9, 8, 9, 37)
-    assert doc.value_span(("data", "eval", 1, "opts", "tags", 1)) == Span(
-        "spec.toml", 9, 32, 9, 35
-    )
+    assert doc.value_span(("data", "eval", 1, "opts", "tags", 1)) == Span("spec.toml", 9, 32, 9, 35)
     assert doc.best_span(("trainer", "missing")) == doc.value_span(("trainer",))
 
 
@@ -134,7 +131,10 @@ esc = "tab\\t\\u00e9\\U0001F600"
 
 
 def test_bom_and_empty_documents() -> None:
-    assert parse_document("\ufeffa = 1\n", "t").to_python() == {"a": 1}
+    bom = parse_document("\ufeffa = 1\n", "t")
+    assert bom.to_python() == {"a": 1}
+    # Columns count the BOM, as an editor showing the raw file would.
+    assert bom.value_span(("a",)) == Span("t", 1, 6, 1, 7)
     assert parse_document("", "t").to_python() == {}
     assert parse_document("# only a comment", "t").to_python() == {}
 
@@ -288,6 +288,21 @@ def test_syntax_errors(text: str, where: tuple[int, int], fragment: str) -> None
     assert fragment in " ".join((d.message, *d.help)), d
 
 
+def test_syntax_errors_on_later_lines_are_collected() -> None:
+    text = 'a = 1 b\nc = ok\nd == 2\n[t]\ne =\nf = [1,\n  2, 3]\ng = 4 5\nh = "\\q"\n'
+    found = errors(text)
+    assert [(d.code, at(d)[:2]) for d in found] == [
+        ("toml-syntax", (1, 7)),
+        ("toml-invalid-value", (2, 5)),
+        ("toml-syntax", (3, 4)),
+        ("toml-syntax", (5, 4)),
+        ("toml-syntax", (8, 7)),
+        ("toml-invalid-escape", (9, 6)),
+    ]
+    # Inside a multi-line array the rest of the text can't be trusted: stop there.
+    assert len(errors("a = [1,\n 2 3,\n]\nb = 1 2\n")) == 1
+
+
 def test_errors_carry_source_text_for_rendering() -> None:
     with pytest.raises(DiagnosticError) as info:
         parse_document("a = 1\na = 2\n", "t.toml")
@@ -317,6 +332,7 @@ def test_standalone_matches_grammar() -> None:
         lexer="contextual",
         start=list(regenerate.STARTS),
     )
+
     def shape(node: object) -> object:
         children = getattr(node, "children", None)
         if children is None:
@@ -337,10 +353,18 @@ def test_parse_speed_300_lines() -> None:
         sys.path.remove(str(REPO))
     spec = realistic_spec(300)
     assert parse_document(spec, "s").to_python() == tomllib.loads(spec)
-    times = []
-    for _ in range(15):
-        t0 = time.perf_counter()
-        parse_document(spec, "s")
-        times.append(time.perf_counter() - t0)
-    # ~10 ms on a quiet laptop core; the bound only catches pathological regressions.
-    assert statistics.median(times) < 0.15
+
+    def best_of(fn: object, runs: int = 15) -> float:
+        best = float("inf")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fn()  # type: ignore[operator]
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    ours = best_of(lambda: parse_document(spec, "s"))
+    theirs = best_of(lambda: tomllib.loads(spec))
+    # ~10 ms (5x tomllib) on a quiet core. Relative to tomllib, so a loaded CI machine
+    # does not fail it; it catches pathological (e.g. quadratic) regressions.
+    assert ours < 25 * theirs, (ours, theirs)
+    assert ours < 0.5

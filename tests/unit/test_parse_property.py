@@ -33,7 +33,9 @@ TEXT = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from("\"'\\\n\t\x00\x7f"),
     max_size=12,
 )
-OFFSETS = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(lambda m: dt.timezone(dt.timedelta(minutes=m)))
+OFFSETS = st.integers(-23 * 60 - 59, 23 * 60 + 59).map(
+    lambda m: dt.timezone(dt.timedelta(minutes=m))
+)
 SCALARS = st.one_of(
     st.booleans(),
     INT64,
@@ -43,7 +45,7 @@ SCALARS = st.one_of(
     st.dates(),
     st.times(),
 )
-KEYS = st.text(st.sampled_from("abcXYZ019_-") , min_size=1, max_size=6) | TEXT
+KEYS = st.text(st.sampled_from("abcXYZ019_-"), min_size=1, max_size=6) | TEXT
 VALUES = st.recursive(
     SCALARS,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
@@ -101,7 +103,9 @@ class Writer:
         styles = ["basic", "ml-basic"]
         if clean and "'" not in s:
             styles.append("literal")
-        if "'" not in s and not any((ord(c) < 0x20 and c not in "\t\n") or ord(c) == 0x7F for c in s):
+        if "'" not in s and not any(
+            (ord(c) < 0x20 and c not in "\t\n") or ord(c) == 0x7F for c in s
+        ):
             styles.append("ml-literal")
         style = self.pick(*styles)
         if style == "basic":
@@ -116,7 +120,12 @@ class Writer:
     def key(self, k: str) -> str:
         if BARE.fullmatch(k) and self.draw(st.booleans()):
             return k
-        if "'" not in k and "\n" not in k and self.string_is_literal_safe(k) and self.draw(st.booleans()):
+        if (
+            "'" not in k
+            and "\n" not in k
+            and self.string_is_literal_safe(k)
+            and self.draw(st.booleans())
+        ):
             return "'" + k + "'"
         return '"' + self.escape(k) + '"'
 
@@ -181,7 +190,9 @@ class Writer:
         for k, v in d.items():
             is_aot = isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
             if isinstance(v, dict):
-                style = self.pick("header", "dotted", "inline") if v else self.pick("header", "inline")
+                style = (
+                    self.pick("header", "dotted", "inline") if v else self.pick("header", "inline")
+                )
             elif is_aot:
                 style = self.pick("aot", "inline")
             else:
@@ -198,7 +209,7 @@ class Writer:
             sub = [*path, k]
             header = ".".join(self.key(x) for x in sub)
             if style == "header":
-                self.lines.append(self.pick("", "# section") )
+                self.lines.append(self.pick("", "# section"))
                 self.lines.append(f"[{header}]")
                 self.table(sub, v)
             else:
@@ -235,7 +246,9 @@ MUTATION = st.sampled_from(list("=[]{}\"'.,#\n \\_-+:0aeTZ\t") + ["[[", "]]", '"
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(documents(), st.data())
-def test_mutated_documents_accepted_alike(case: tuple[dict[str, Any], str], data: st.DataObject) -> None:
+def test_mutated_documents_accepted_alike(
+    case: tuple[dict[str, Any], str], data: st.DataObject
+) -> None:
     _, text = case
     if not text:
         return
