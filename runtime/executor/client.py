@@ -31,6 +31,7 @@ class LocalExecutor:
         startup_timeout_s: float = 60.0,
         python: str | None = None,
         env: dict[str, str] | None = None,
+        site: bool = False,
     ) -> None:
         repo_root = str(Path(__file__).resolve().parents[2])
         child_env = dict(os.environ if env is None else env)
@@ -41,6 +42,8 @@ class LocalExecutor:
         argv += ["--workers", str(workers), "--isolation", isolation]
         if python:
             argv += ["--python", python]
+        if site:
+            argv.append("--site")
         # stderr goes to a file: an unread pipe would eventually block the server.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(

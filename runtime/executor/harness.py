@@ -55,11 +55,20 @@ def _install_guard(root):
             return False
         return (realpath(path) + "/").startswith(prefix)
 
+    own_proc = (f"/proc/{os.getpid()}/", "/proc/self/", "/proc/thread-self/")
+
     def hook(event, args):
         if event.startswith(blocked):
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "open":
             path, mode, flags = args
+            if isinstance(path, str | bytes):
+                text = os.fsdecode(path)
+                # Other processes' /proc entries (their environ holds the service's secrets).
+                if text.startswith("/proc/") and not text.startswith(own_proc):
+                    part = text.split("/")[2]
+                    if part.isdigit():
+                        raise PermissionError(f"sandbox: reading {text!r} is not allowed")
             writing = (mode and any(c in mode for c in "wax+")) or (flags or 0) & write_flags
             if writing and isinstance(path, str | bytes) and not inside(path):
                 raise PermissionError(f"sandbox: writing {path!r} is not allowed")

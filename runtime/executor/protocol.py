@@ -6,7 +6,8 @@ Request::
      "tests": <function: HumanEval test code (str) or [{"code": str, "entry_point": str}]
               | stdio: [{"input": str, "output": str}]>,
      "entry_point": "name"          # function mode, when tests is a string
-     "limits": {"wall_s", "cpu_s", "memory_mb", "max_processes", "output_bytes", ...},
+     "limits": {"wall_s", "cpu_s", "memory_mb", "max_processes", "output_bytes",
+                "file_bytes", "open_files", "disk_mb"},
      "stop_on_failure": false}
 
 Response::

@@ -7,7 +7,8 @@ at start-up and `/health` reports it:
 * ``namespaces`` (root or CAP_SYS_ADMIN): a new network namespace (only a downed loopback,
   so every connect fails) and a new mount namespace in which ``/tmp``, ``/var/tmp``,
   ``/dev/shm`` and ``/run/lock`` are empty read-only tmpfs mounts; the working directory is
-  bind-mounted at ``/tmp/work`` and the interpreter's prefix at ``/tmp/.rlc-python``.
+  a private size-capped tmpfs at ``/tmp/work`` (``limits.disk_mb``; gone with the run) and
+  the interpreter's prefix is bind-mounted read-only at ``/tmp/.rlc-python``.
 * ``uid`` (root): the program runs as a throw-away uid (one per worker slot, no passwd
   entry, no groups, ``no_new_privs``), so it can write only its own directory, cannot read
   other users' files (``/root``, other processes' ``/proc/PID/environ``), RLIMIT_NPROC
@@ -77,6 +78,7 @@ class Limits:
     output_bytes: int = 65536
     file_bytes: int = 16 * 1024 * 1024
     open_files: int = 64
+    disk_mb: int = 64
 
     @classmethod
     def from_request(cls, raw: Any, ceiling: Limits | None = None) -> Limits:
@@ -108,6 +110,7 @@ MAX_LIMITS = Limits(
     output_bytes=4 * 1024 * 1024,
     file_bytes=256 * 1024 * 1024,
     open_files=1024,
+    disk_mb=1024,
 )
 
 
@@ -121,6 +124,7 @@ class Isolation:
     python: str
     python_prefix: str
     reason: str = ""
+    site: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -134,6 +138,7 @@ class Isolation:
             "drop_uid": self.drop_uid,
             "audit_hook": self.audit_hook,
             "python": self.python,
+            "site_packages": self.site,
             "note": self.reason,
         }
 
@@ -200,8 +205,12 @@ def _python_prefix(python: str) -> tuple[str, str]:
     return exe, prefix
 
 
-def probe_isolation(python: str | None = None, mode: str = "auto") -> Isolation:
-    """Decide the isolation mode: ``auto`` (best available), ``namespaces`` or ``audit``."""
+def probe_isolation(python: str | None = None, mode: str = "auto", site: bool = False) -> Isolation:
+    """Decide the isolation mode: ``auto`` (best available), ``namespaces`` or ``audit``.
+
+    ``site=False`` runs programs with ``-S`` (standard library only): faster start-up and
+    no third-party ``.pth`` hooks inside the sandbox.
+    """
     exe, prefix = _python_prefix(python or sys.executable)
     if not exe.startswith(prefix.rstrip("/") + "/"):
         prefix = str(Path(exe).parent.parent)
@@ -224,6 +233,7 @@ def probe_isolation(python: str | None = None, mode: str = "auto") -> Isolation:
         python=exe,
         python_prefix=prefix,
         reason=reason.strip("; "),
+        site=site,
     )
 
 
@@ -242,7 +252,9 @@ def _probe_namespaces() -> tuple[bool, str]:
     return True, ""
 
 
-def _build_preexec(iso: Isolation, limits: Limits, workdir: str, uid: int | None):
+def _build_preexec(
+    iso: Isolation, limits: Limits, workdir: str, uid: int | None, program: bytes
+) -> Any:
     """The function the child runs between fork and exec (still privileged)."""
     prefix = iso.python_prefix
 
@@ -251,14 +263,22 @@ def _build_preexec(iso: Isolation, limits: Limits, workdir: str, uid: int | None
         if iso.namespaces:
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
             _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            # Open the sources inside the new namespace, before /tmp is covered.
-            work_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+            # Open the interpreter inside the new namespace, before /tmp is covered.
             py_fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
             tmp_flags = MS_NOSUID | MS_NODEV
             _mount("tmpfs", "/tmp", "tmpfs", tmp_flags, "size=1m,mode=755")
             os.mkdir(SANDBOX_WORK, 0o755)
             os.mkdir(SANDBOX_PYTHON, 0o755)
-            _mount(f"/proc/self/fd/{work_fd}", SANDBOX_WORK, None, MS_BIND, None)
+            # The working directory is its own size-capped tmpfs: disk use is bounded and
+            # everything written vanishes with the namespace.
+            owner = f",uid={uid},gid={uid}" if uid is not None else ""
+            work_opts = f"size={limits.disk_mb}m,nr_inodes=4096,mode=700{owner}"
+            _mount("tmpfs", SANDBOX_WORK, "tmpfs", tmp_flags, work_opts)
+            main_py = f"{SANDBOX_WORK}/main.py"
+            with open(main_py, "wb") as fh:
+                fh.write(program)
+            if uid is not None:
+                os.chown(main_py, uid, uid)
             _mount(f"/proc/self/fd/{py_fd}", SANDBOX_PYTHON, None, MS_BIND | MS_REC, None)
             _mount(
                 None,
@@ -268,7 +288,6 @@ def _build_preexec(iso: Isolation, limits: Limits, workdir: str, uid: int | None
                 None,
             )
             _mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | tmp_flags, "size=1m,mode=755")
-            os.close(work_fd)
             os.close(py_fd)
             for d in WRITABLE_SYSTEM_DIRS[1:]:
                 if os.path.isdir(d) and not os.path.islink(d):
@@ -333,6 +352,11 @@ def kill_uid(uid: int, rounds: int = 200) -> int:
     return killed
 
 
+def slot_uid_base(pid: int) -> int:
+    """First throw-away uid of the executor process ``pid`` (slots add 0..workers-1)."""
+    return UID_BASE + (pid % 10_000_000) * MAX_SLOTS
+
+
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Signals the main process's exit at once (``Process.wait`` also waits for the pipes,
     which an escaped descendant could hold open)."""
@@ -360,7 +384,7 @@ class Sandbox:
         self.active = 0
         self.runs = 0
         self._harness = HARNESS_PATH.read_text(encoding="utf-8")
-        self.uid_base = UID_BASE + (os.getpid() % 10_000_000) * MAX_SLOTS
+        self.uid_base = slot_uid_base(os.getpid())
 
     def _queue(self) -> asyncio.Queue[int]:
         if self._slots is None:
@@ -394,7 +418,8 @@ class Sandbox:
         workdir = tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.root)
         nonce = secrets.token_hex(16)
         try:
-            Path(workdir, "main.py").write_text(program, encoding="utf-8")
+            source = program.encode("utf-8", "replace")
+            Path(workdir, "main.py").write_bytes(source)
             if uid is not None:
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
@@ -409,12 +434,11 @@ class Sandbox:
                 "HOME": home,
                 "TMPDIR": home,
                 "LANG": "C.UTF-8",
-                "PYTHONIOENCODING": "utf-8",
-                "PYTHONHASHSEED": "0",
             }
             argv = [
                 exe,
                 "-I",
+                *([] if iso.site else ["-S"]),
                 "-c",
                 self._harness,
                 "STATUS_FD",
@@ -422,10 +446,13 @@ class Sandbox:
                 mode,
                 "1" if iso.audit_hook else "0",
             ]
-            return await self._spawn(argv, env, workdir, uid, limits, stdin, nonce)
-        finally:
+            return await self._spawn(argv, env, workdir, uid, limits, stdin, nonce, source)
+        except BaseException:
+            # The normal path sweeps the uid in `_kill`; an interrupted run must too.
             if uid is not None:
-                await asyncio.to_thread(kill_uid, uid)
+                kill_uid(uid)
+            raise
+        finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _spawn(
@@ -437,12 +464,13 @@ class Sandbox:
         limits: Limits,
         stdin: str | None,
         nonce: str,
+        source: bytes,
     ) -> RunOutcome:
         status_r, status_w = os.pipe()
         os.set_blocking(status_r, False)
         try:
             return await self._spawn_with_pipe(
-                argv, env, workdir, uid, limits, stdin, nonce, status_r, status_w
+                argv, env, workdir, uid, limits, stdin, nonce, source, status_r, status_w
             )
         finally:
             os.close(status_r)
@@ -456,6 +484,7 @@ class Sandbox:
         limits: Limits,
         stdin: str | None,
         nonce: str,
+        source: bytes,
         status_r: int,
         status_w: int,
     ) -> RunOutcome:
@@ -472,7 +501,7 @@ class Sandbox:
                 env=env,
                 pass_fds=(status_w,),
                 start_new_session=True,
-                preexec_fn=_build_preexec(self.iso, limits, workdir, uid),
+                preexec_fn=_build_preexec(self.iso, limits, workdir, uid, source),
             )
             proc = asyncio.subprocess.Process(transport, protocol, loop)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -512,14 +541,20 @@ class Sandbox:
         gather = asyncio.ensure_future(finish())
         waiter = asyncio.ensure_future(protocol.exited.wait())
         overflow_wait = asyncio.ensure_future(overflow.wait())
-        timed_out = False
-        done, _ = await asyncio.wait(
-            {waiter, overflow_wait}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if not done:
-            timed_out = True
+        try:
+            done, _ = await asyncio.wait(
+                {waiter, overflow_wait}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:  # the client went away: do not leave the run behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            for task in (gather, waiter, overflow_wait):
+                task.cancel()
+            transport.close()
+            raise
+        timed_out = not done
         overflow_wait.cancel()
-        self._kill(proc.pid, uid)
+        await self._kill(proc.pid, uid)
         try:
             out, err = await asyncio.wait_for(asyncio.shield(gather), timeout=5.0)
         except TimeoutError:
@@ -546,11 +581,12 @@ class Sandbox:
             limits=limits,
         )
 
-    def _kill(self, pid: int, uid: int | None) -> None:
+    async def _kill(self, pid: int, uid: int | None) -> None:
+        """Kill the session, then every process of the slot uid (also those that left it)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         if uid is not None:
-            kill_uid(uid)
+            await asyncio.to_thread(kill_uid, uid)
 
 
 def classify(

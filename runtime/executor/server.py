@@ -75,6 +75,11 @@ async def handle_health(request: web.Request) -> web.Response:
             "workers": sandbox.workers,
             "active": sandbox.active,
             "runs": sandbox.runs,
+            "uid_range": (
+                [sandbox.uid_base, sandbox.uid_base + sandbox.workers - 1]
+                if sandbox.iso.drop_uid
+                else None
+            ),
             "isolation": sandbox.iso.describe(),
         }
     )
@@ -101,6 +106,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="concurrent sandboxed processes")
     p.add_argument("--python", default=None, help="interpreter for programs (default: ours)")
     p.add_argument(
+        "--site",
+        action="store_true",
+        help="let programs import the interpreter's site-packages (default: stdlib only, -S)",
+    )
+    p.add_argument(
         "--isolation",
         choices=("auto", "namespaces", "audit"),
         default="auto",
@@ -110,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    iso = probe_isolation(args.python, args.isolation)
+    iso = probe_isolation(args.python, args.isolation, site=args.site)
     app = make_app(iso, args.workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -1,8 +1,10 @@
-"""All 164 real HumanEval problems through the code verifier and a real executor (workers=2).
+"""Real HumanEval problems through the code verifier and a real executor (workers=2).
 
 Every canonical solution must pass; a broken variant of each (body replaced by
 ``return None``, or for the few problems whose tests accept None, a function that raises)
-must fail. Fenced-code responses must be extracted and pass too.
+must fail. Fenced-code responses must be extracted and pass too. The full 164-problem run
+takes ~15 s on an idle 2-core machine but ~60 s on a loaded one, so it is marked slow and
+a stratified sample (every 8th problem) runs by default.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _items(records, completion_of):
     return items
 
 
-def test_canonical_and_broken(records, verifier):
+def check_canonical_and_broken(records, verifier, max_lenient):
     canonical = _items(records, lambda r: r["canonical_solution"])
     broken = _items(records, lambda r: "    return None\n")
     results = verifier.score_batch(canonical + broken)
@@ -61,11 +63,20 @@ def test_canonical_and_broken(records, verifier):
     assert all(res.ok for res in good + bad)
     # Tests that accept None get a second mutation that cannot pass.
     lenient = [r for r, res in zip(records, bad, strict=True) if res.score != 0.0]
-    assert len(lenient) <= 3, [r["task_id"] for r in lenient]
+    assert len(lenient) <= max_lenient, [r["task_id"] for r in lenient]
     raising = verifier.score_batch(_items(lenient, lambda r: "    raise NotImplementedError\n"))
     assert all(res.score == 0.0 and res.ok for res in raising)
     statuses = {s for res in bad for s in res.detail["statuses"]}
     assert statuses <= {"failed", "error"}, statuses
+
+
+@pytest.mark.slow
+def test_all_164_canonical_pass_and_broken_fail(records, verifier):
+    check_canonical_and_broken(records, verifier, max_lenient=3)
+
+
+def test_sample_canonical_pass_and_broken_fail(records, verifier):
+    check_canonical_and_broken(records[::8], verifier, max_lenient=1)
 
 
 def test_fenced_full_function(records, verifier):

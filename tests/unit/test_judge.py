@@ -227,6 +227,7 @@ def test_tokenizer_path_round_trips():
         server.close()
 
 
+@pytest.mark.slow  # importing torch + OLMo-core dominates (~20-40 s on a loaded 2-core box)
 def test_against_embedded_engine():
     pytest.importorskip("torch")
     try:
