@@ -9,7 +9,9 @@ from pydantic import Field
 from compiler.spec._base import Section, fld
 
 TaskName = Literal["gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic"]
-PromptWrapper = Literal["none", "auto", "open_instruct_rlzero_answer"]
+PromptWrapper = Literal[
+    "none", "auto", "boxed", "open_instruct_rlzero_answer", "gsm8k", "rlzero", "code"
+]
 
 
 class TaskEntry(Section):
@@ -27,6 +29,15 @@ class TaskEntry(Section):
         None, description="how the prompt is wrapped", derived="data.prompt_wrapper"
     )
     weight: float = fld(1.0, description="sampling weight relative to the other tasks", gt=0.0)
+    digits: list[int] | None = fld(
+        None,
+        description="multiplication only: digits of the two factors, e.g. [2, 2] (null: [2, 2])",
+        min_length=2,
+        max_length=2,
+    )
+    allow_subtraction: bool = fld(
+        False, description="arithmetic only: also generate a-b (a >= b), still one-token answers"
+    )
 
 
 class EvalSet(Section):

@@ -29,6 +29,10 @@ class CodeReward(Section):
 
 class IfevalReward(Section):
     strict: bool = fld(True, description="strict instruction checking (no loose variants)")
+    aggregate: Literal["fraction", "all"] = fld(
+        "fraction",
+        description="reward: fraction of the prompt's instructions followed, or 1 only if all are",
+    )
 
 
 class LengthPenalty(Section):
