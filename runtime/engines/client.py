@@ -221,8 +221,8 @@ class EngineClient:
         Without ``sampling_seed`` the group is one batched ``/generate`` call (one engine,
         shared prefix). With it, sample ``i`` uses ``sampling_seed + i`` on every attempt
         (so a retried group reproduces what the failed one would have made); the router
-        only accepts one ``sampling_params`` object per call, so seeded samples are sent
-        as ``n`` concurrent single calls.
+        only accepts one ``sampling_params`` object and no ``rid`` list per call, so
+        seeded samples are sent as ``n`` concurrent single calls (each with its ``rid``).
         """
         if n < 1:
             raise ValueError("n must be >= 1")
@@ -235,7 +235,9 @@ class EngineClient:
             rids = [f"{gid}-{i}-a{attempt}" for i in range(n)]
             try:
                 if seed is None:
-                    samples = self._batched(prompt_ids, n, base, rids, return_logprob, return_routed_experts)
+                    samples = self._batched(
+                        prompt_ids, n, base, rids, return_logprob, return_routed_experts
+                    )
                 else:
                     samples = self._seeded(
                         prompt_ids, n, base, int(seed), rids, return_logprob, return_routed_experts
@@ -269,8 +271,8 @@ class EngineClient:
             "input_ids": [list(prompt_ids)] * n,
             "sampling_params": sampling,
             "return_logprob": return_logprob,
-            "rid": rids,
         }
+        del rids  # the router accepts neither per-item rids nor per-item sampling_params
         if return_routed_experts:
             payload["return_routed_experts"] = True
         data = self.generate_raw(payload)

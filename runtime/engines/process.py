@@ -7,6 +7,7 @@ whether it is still alive, and stop it with SIGTERM, then SIGKILL after a grace 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -131,10 +132,8 @@ class ServerProcess:
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def start_server(

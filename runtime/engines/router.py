@@ -68,9 +68,18 @@ def router_argv(
     settings: RouterSettings | None = None,
     python: str | None = None,
     log_level: str = "warn",
+    prometheus_port: int | None = None,
 ) -> list[str]:
-    """``python -m sglang_router.launch_router ...`` for these workers and settings."""
+    """``python -m sglang_router.launch_router ...`` for these workers and settings.
+
+    The router always starts a Prometheus exporter (default port 29000) and panics when
+    that port is taken, so every router gets its own: ``prometheus_port`` or a free one.
+    """
     s = settings or RouterSettings()
+    if prometheus_port is None:
+        from .process import free_port
+
+        prometheus_port = free_port("127.0.0.1")
     argv = [
         python or sys.executable,
         "-m",
@@ -89,6 +98,10 @@ def router_argv(
         str(s.health_check_interval_secs),
         "--log-level",
         log_level,
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(prometheus_port),
     ]
     if s.policy == "cache_aware":
         argv += [
@@ -165,7 +178,9 @@ def start_router(
         raise ValueError("the router needs at least one worker URL")
     argv = router_argv(worker_urls, host=host, port=port, settings=settings, python=python)
     url = f"http://{host}:{port}"
-    proc = ServerProcess(name="sglang-router", argv=argv, health_url=f"{url}/health", log_path=log_path)
+    proc = ServerProcess(
+        name="sglang-router", argv=argv, health_url=f"{url}/health", log_path=log_path
+    )
     proc.start()
     deadline = time.monotonic() + timeout
     try:

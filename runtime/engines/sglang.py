@@ -25,7 +25,14 @@ def _strip_launcher(argv: Sequence[str]) -> list[str]:
     args = list(argv)
     if args and (args[0].endswith("python") or "python3" in Path(args[0]).name):
         args = args[1:]
-    if len(args) >= 2 and args[0] == "-m" and args[1] == SGLANG_MODULE or len(args) >= 2 and Path(args[0]).name == "sglang" and args[1] == "serve":
+    if (
+        len(args) >= 2
+        and args[0] == "-m"
+        and args[1] == SGLANG_MODULE
+        or len(args) >= 2
+        and Path(args[0]).name == "sglang"
+        and args[1] == "serve"
+    ):
         args = args[2:]
     return args
 

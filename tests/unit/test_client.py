@@ -90,8 +90,7 @@ def test_group_retry_on_abort_whole_group():
     for b in bodies:
         assert b["input_ids"] == [[5, 6]] * 3
         assert b["sampling_params"] == {"temperature": 1.0}  # one object: the router's shape
-    assert bodies[0]["rid"] == ["g-0-a0", "g-1-a0", "g-2-a0"]
-    assert bodies[1]["rid"][0] == "g-0-a1"
+        assert "rid" not in b  # the router rejects rid lists
 
 
 def test_seeded_group_retry_keeps_per_sample_seeds():
@@ -101,7 +100,9 @@ def test_seeded_group_retry_keeps_per_sample_seeds():
         body = json.loads(request.content)
         calls.append(body)
         first_round = len(calls) <= 3
-        finish = "abort" if first_round and body["sampling_params"]["sampling_seed"] == 11 else "length"
+        finish = (
+            "abort" if first_round and body["sampling_params"]["sampling_seed"] == 11 else "length"
+        )
         return httpx.Response(200, json=_ok(1, finish=finish)[0])
 
     c = EngineClient("http://e", FAST, transport=httpx.MockTransport(handler))
@@ -145,7 +146,10 @@ def test_health_uses_its_own_pool():
         return httpx.Response(200)
 
     c = EngineClient(
-        "http://x", FAST, transport=httpx.MockTransport(gen), health_transport=httpx.MockTransport(health)
+        "http://x",
+        FAST,
+        transport=httpx.MockTransport(gen),
+        health_transport=httpx.MockTransport(health),
     )
     try:
         assert c.health() is True
@@ -156,10 +160,21 @@ def test_health_uses_its_own_pool():
 
 def test_settings_from_manifest_runtime_section():
     s = ClientSettings.from_config(
-        {"health_timeout_s": 2, "generate_timeout_s": 30, "http_retries": 1, "group_retries": 0,
-         "retry_backoff_s": 0.1, "weight_audit": True}
+        {
+            "health_timeout_s": 2,
+            "generate_timeout_s": 30,
+            "http_retries": 1,
+            "group_retries": 0,
+            "retry_backoff_s": 0.1,
+            "weight_audit": True,
+        }
     )
-    assert (s.health_timeout_s, s.generate_timeout_s, s.http_retries, s.group_retries) == (2, 30, 1, 0)
+    assert (s.health_timeout_s, s.generate_timeout_s, s.http_retries, s.group_retries) == (
+        2,
+        30,
+        1,
+        0,
+    )
 
 
 def test_against_real_engine():
@@ -168,20 +183,28 @@ def test_against_real_engine():
     from runtime.engines.embedded.inprocess import InProcessServer
     from runtime.engines.embedded.tiny import build_tiny
 
-    with InProcessServer(build_tiny("dense", seed=1), max_running_requests=4, context_length=64) as srv:
-        with EngineClient(srv.url, FAST) as c:
-            c.wait_healthy(10)
-            assert c.health_generate()
-            groups = c.generate_groups(
-                [[1, 2, 3], [4, 5]], 3, {"max_new_tokens": 4, "temperature": 1.0, "sampling_seed": 0}
-            )
-            assert [len(g) for g in groups] == [3, 3]
-            assert all(s.prompt_ids == [4, 5] for s in groups[1])
-            assert all(len(s.logprobs or []) == len(s.output_ids) for g in groups for s in g)
-            again = c.generate_group([1, 2, 3], 3, {"max_new_tokens": 4, "temperature": 1.0, "sampling_seed": 0})
-            assert [s.output_ids for s in again] == [s.output_ids for s in groups[0]]
-            assert c.get_weight_checksum().startswith("sha256:")
-            with pytest.raises(EngineFailure):
-                c.update_weights_from_disk("/nonexistent/dir")
-            c.flush_cache(retries=3, interval=0.01)
-            c.abort("nothing")
+    with (
+        InProcessServer(
+            build_tiny("dense", seed=1), max_running_requests=4, context_length=64
+        ) as srv,
+        EngineClient(srv.url, FAST) as c,
+    ):
+        c.wait_healthy(10)
+        assert c.health_generate()
+        groups = c.generate_groups(
+            [[1, 2, 3], [4, 5]],
+            3,
+            {"max_new_tokens": 4, "temperature": 1.0, "sampling_seed": 0},
+        )
+        assert [len(g) for g in groups] == [3, 3]
+        assert all(s.prompt_ids == [4, 5] for s in groups[1])
+        assert all(len(s.logprobs or []) == len(s.output_ids) for g in groups for s in g)
+        again = c.generate_group(
+            [1, 2, 3], 3, {"max_new_tokens": 4, "temperature": 1.0, "sampling_seed": 0}
+        )
+        assert [s.output_ids for s in again] == [s.output_ids for s in groups[0]]
+        assert c.get_weight_checksum().startswith("sha256:")
+        with pytest.raises(EngineFailure):
+            c.update_weights_from_disk("/nonexistent/dir")
+        c.flush_cache(retries=3, interval=0.01)
+        c.abort("nothing")

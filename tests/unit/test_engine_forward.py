@@ -15,6 +15,15 @@ from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 TOL = 1e-4
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny matmuls: one intra-op thread is fastest on shared CI cores."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(autouse=True)
 def _naive_experts(monkeypatch):
     """OLMo-core's MoE expert kernels need triton (GPU); swap in a per-token loop over the
@@ -111,3 +120,19 @@ def test_unsupported_block_is_refused():
     model = cfg.build(init_device="cpu")
     with pytest.raises(UnsupportedModel):
         InferenceModel(model, max_slots=1, capacity=8)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-moe", "tiny-hybrid-moe"])
+def test_runtime_builtin_models_match(name):
+    """The models part's builtins (runtime.models.load_model) serve with identical logits."""
+    models = pytest.importorskip("runtime.models")
+    loaded = models.load_model(f"builtin:{name}")
+    vocab = loaded.tokenizer.vocab_size
+    ids = torch.randint(1, vocab, (18,), generator=torch.Generator().manual_seed(1)).tolist()
+    ref = _reference(loaded.model, ids)
+    im = InferenceModel(loaded.model, max_slots=1, capacity=32)
+    last, _ = im.prefill(ids[:10], slot=0)
+    assert (last - ref[9]).abs().max().item() < TOL
+    for p in range(10, 18):
+        logits, _ = im.decode(torch.tensor([ids[p]]), torch.tensor([p]))
+        assert (logits[0] - ref[p]).abs().max().item() < TOL

@@ -19,6 +19,15 @@ from runtime.engines.embedded.sampling import BadRequest, SamplingParams, sample
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny matmuls: one intra-op thread is fastest on shared CI cores."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def loaded():
     return build_tiny("dense", seed=7)
@@ -68,7 +77,10 @@ def test_continuous_batching_matches_one_at_a_time(loaded):
     eng = _engine(loaded)
     try:
         together = _run(eng, prompts, params, return_logprob=True)
-        alone = [_run(eng, [p], [sp], return_logprob=True)[0] for p, sp in zip(prompts, params, strict=True)]
+        alone = [
+            _run(eng, [p], [sp], return_logprob=True)[0]
+            for p, sp in zip(prompts, params, strict=True)
+        ]
     finally:
         eng.stop()
     for a, b, sp in zip(together, alone, params, strict=True):
@@ -84,7 +96,9 @@ def test_continuous_batching_matches_one_at_a_time(loaded):
 def test_greedy_logprobs_are_model_logprobs(loaded):
     eng = _engine(loaded)
     try:
-        res = _run(eng, [[5, 6, 7]], SamplingParams(max_new_tokens=3, temperature=0.0), return_logprob=True)[0]
+        res = _run(
+            eng, [[5, 6, 7]], SamplingParams(max_new_tokens=3, temperature=0.0), return_logprob=True
+        )[0]
     finally:
         eng.stop()
     ids = [5, 6, 7] + res["output_ids"]
@@ -98,7 +112,9 @@ def test_greedy_logprobs_are_model_logprobs(loaded):
 def test_seeded_sampling_reproduces_and_seeds_differ(loaded):
     eng = _engine(loaded, seed=3)
     try:
-        sp = [SamplingParams(max_new_tokens=12, temperature=1.0, sampling_seed=s) for s in (1, 1, 2)]
+        sp = [
+            SamplingParams(max_new_tokens=12, temperature=1.0, sampling_seed=s) for s in (1, 1, 2)
+        ]
         a = _run(eng, [[1, 2, 3]] * 3, sp)
         # alone (different batch composition) with the same seed: same tokens
         b = _run(eng, [[1, 2, 3]], [sp[0]])[0]
@@ -111,12 +127,18 @@ def test_seeded_sampling_reproduces_and_seeds_differ(loaded):
 def test_stop_token_and_stop_string(loaded):
     eng = _engine(loaded)
     try:
-        free = _run(eng, [[9, 8, 7]], SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True))[0]
+        free = _run(
+            eng, [[9, 8, 7]], SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+        )[0]
         ids = free["output_ids"]
         stop_tok = ids[2]
         first = ids.index(stop_tok)
         by_token = _run(
-            eng, [[9, 8, 7]], SamplingParams(max_new_tokens=6, temperature=0.0, stop_token_ids=[stop_tok], ignore_eos=True)
+            eng,
+            [[9, 8, 7]],
+            SamplingParams(
+                max_new_tokens=6, temperature=0.0, stop_token_ids=[stop_tok], ignore_eos=True
+            ),
         )[0]
         text = loaded.tokenizer.decode(ids)
         assert len(text) >= 2
@@ -149,7 +171,11 @@ def test_token_budget_limits_concurrency(loaded):
     t = threading.Thread(target=watch)
     t.start()
     try:
-        res = _run(eng, [[1, 2, 3]] * 5, SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True))
+        res = _run(
+            eng,
+            [[1, 2, 3]] * 5,
+            SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True),
+        )
     finally:
         stop.set()
         t.join()
@@ -213,7 +239,9 @@ def test_moe_routed_experts_cover_prompt_and_output():
     eng = _engine(moe)
     try:
         res = _run(
-            eng, [[1, 2, 3, 4]], SamplingParams(max_new_tokens=5, temperature=0.0, ignore_eos=True),
+            eng,
+            [[1, 2, 3, 4]],
+            SamplingParams(max_new_tokens=5, temperature=0.0, ignore_eos=True),
             return_routed_experts=True,
         )[0]
     finally:
@@ -253,7 +281,9 @@ def test_sampler_truncation():
     # top_k=2 only ever yields the two best tokens
     seen = set()
     for i in range(200):
-        toks, lps = sample(logits[:1], [SamplingParams(top_k=2)], [torch.Generator().manual_seed(i)])
+        toks, lps = sample(
+            logits[:1], [SamplingParams(top_k=2)], [torch.Generator().manual_seed(i)]
+        )
         seen.add(int(toks[0]))
         assert lps[0] <= 0
     assert seen == {1, 2}

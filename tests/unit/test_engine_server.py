@@ -16,6 +16,15 @@ from runtime.engines.embedded.inprocess import InProcessServer  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny matmuls: one intra-op thread is fastest on shared CI cores."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def server():
     with InProcessServer(
@@ -26,7 +35,9 @@ def server():
 
 @pytest.fixture(scope="module")
 def moe_server():
-    with InProcessServer(build_tiny("moe", seed=2), max_running_requests=2, context_length=64) as srv:
+    with InProcessServer(
+        build_tiny("moe", seed=2), max_running_requests=2, context_length=64
+    ) as srv:
         yield srv
 
 
@@ -160,10 +171,18 @@ def test_update_weights_from_disk(tmp_path, server):
     from safetensors.torch import save_file
 
     other = build_tiny("dense", seed=12)
-    save_file({k: v.contiguous() for k, v in other.model.state_dict().items()}, str(tmp_path / "w.safetensors"))
-    body = {"input_ids": [9, 9], "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}}
+    save_file(
+        {k: v.contiguous() for k, v in other.model.state_dict().items()},
+        str(tmp_path / "w.safetensors"),
+    )
+    body = {
+        "input_ids": [9, 9],
+        "sampling_params": {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True},
+    }
     before = post(server, "/generate", body).json()
-    r = post(server, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "7"})
+    r = post(
+        server, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "7"}
+    )
     assert r.status_code == 200 and r.json()["success"] is True
     assert "num_paused_requests" in r.json()
     after = post(server, "/generate", body).json()
@@ -176,7 +195,9 @@ def test_update_weights_from_disk(tmp_path, server):
     # wrong parameter names are rejected, weights untouched
     save_file({"bogus": torch.zeros(2)}, str(tmp_path / "bogus.safetensors"))
     (tmp_path / "w.safetensors").unlink()
-    assert post(server, "/update_weights_from_disk", {"model_path": str(tmp_path)}).status_code == 400
+    assert (
+        post(server, "/update_weights_from_disk", {"model_path": str(tmp_path)}).status_code == 400
+    )
     assert post(server, "/generate", body).json()["output_ids"] == after["output_ids"]
 
 

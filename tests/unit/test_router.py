@@ -17,8 +17,12 @@ from runtime.engines.router import RouterSettings, router_argv, start_router  # 
 
 
 def test_router_argv_carries_policy_and_thresholds():
-    s = RouterSettings(policy="cache_aware", cache_threshold=0.5, balance_abs_threshold=10,
-                       balance_rel_threshold=1.2)
+    s = RouterSettings(
+        policy="cache_aware",
+        cache_threshold=0.5,
+        balance_abs_threshold=10,
+        balance_rel_threshold=1.2,
+    )
     argv = router_argv(["http://a:1", "http://b:2"], port=29000, settings=s, python="py")
     assert argv[:3] == ["py", "-m", "sglang_router.launch_router"]
     joined = " ".join(argv)
@@ -41,11 +45,17 @@ def two_engines(tmp_path_factory):
         for i in range(2):
             port = free_port()
             argv = embedded_argv(
-                "engine-test:dense", port=port, max_running_requests=4, context_length=128,
-                threads=1, seed=i,
+                "engine-test:dense",
+                port=port,
+                max_running_requests=4,
+                context_length=128,
+                threads=1,
+                seed=0,
             )
             procs.append(
-                ServerProcess(f"engine{i}", argv, f"http://127.0.0.1:{port}/health", logs / f"e{i}.log").start()
+                ServerProcess(
+                    f"engine{i}", argv, f"http://127.0.0.1:{port}/health", logs / f"e{i}.log"
+                ).start()
             )
         for p in procs:
             p.wait_healthy(timeout=120)
@@ -59,11 +69,15 @@ def _requests_served(url):
     return httpx.get(f"{url}/get_server_info", timeout=5).json()["num_requests_total"]
 
 
+@pytest.mark.slow
 def test_round_robin_router_reaches_both_engines(two_engines, tmp_path):
     before = [_requests_served(u) for u in two_engines]
     router = start_router(
-        two_engines, port=free_port(), log_path=tmp_path / "router.log",
-        settings=RouterSettings(policy="round_robin"), timeout=60,
+        two_engines,
+        port=free_port(),
+        log_path=tmp_path / "router.log",
+        settings=RouterSettings(policy="round_robin"),
+        timeout=60,
     )
     try:
         assert router.alive()
@@ -72,7 +86,9 @@ def test_round_robin_router_reaches_both_engines(two_engines, tmp_path):
             with ThreadPoolExecutor(4) as pool:
                 samples = list(
                     pool.map(
-                        lambda i: c.generate([1 + i, 2, 3], {"max_new_tokens": 2, "temperature": 0}),
+                        lambda i: c.generate(
+                            [1 + i, 2, 3], {"max_new_tokens": 2, "temperature": 0}
+                        ),
                         range(8),
                     )
                 )
@@ -86,10 +102,13 @@ def test_round_robin_router_reaches_both_engines(two_engines, tmp_path):
     assert sum(served) >= 9 and min(served) >= 3, served
 
 
+@pytest.mark.slow
 def test_cache_aware_router_routes_and_stops(two_engines, tmp_path):
     """Default (compiled) policy: requests go through; the pinned router drops
     return_routed_experts, which is why MoE replay talks to engines directly."""
-    router = start_router(two_engines, port=free_port(), log_path=tmp_path / "router.log", timeout=60)
+    router = start_router(
+        two_engines, port=free_port(), log_path=tmp_path / "router.log", timeout=60
+    )
     try:
         body = {
             "input_ids": [1, 2, 3],
@@ -101,5 +120,18 @@ def test_cache_aware_router_routes_and_stops(two_engines, tmp_path):
         direct = httpx.post(f"{two_engines[0]}/generate", json=body, timeout=30).json()
         assert "routed_experts" in direct["meta_info"]
         assert "routed_experts" not in out["meta_info"]
+        # sampling_seed and n pass through: a seeded group is reproducible via the router
+        seeded = {
+            "input_ids": [4, 5],
+            "sampling_params": {
+                "max_new_tokens": 5,
+                "temperature": 1.0,
+                "sampling_seed": 3,
+                "n": 2,
+            },
+        }
+        via = httpx.post(f"{router.url}/generate", json=seeded, timeout=30).json()
+        ref = httpx.post(f"{two_engines[1]}/generate", json=seeded, timeout=30).json()
+        assert [o["output_ids"] for o in via] == [o["output_ids"] for o in ref]
     finally:
         router.stop()

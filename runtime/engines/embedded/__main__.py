@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -32,7 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0)
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1, choices=[1])
     p.add_argument("--weight-version", default="0")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default 1 on CPU: decode matmuls are tiny and "
+        "threads fight over shared cores)",
+    )
     p.add_argument(
         "--cuda-graph",
         action="store_true",
@@ -63,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or (1 if args.device == "cpu" else None)
+    if threads:
+        torch.set_num_threads(threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
@@ -100,7 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         access_log=None,
         shutdown_timeout=0.5,
     )
-    return 0
+    # run_app has closed the server and stopped the engine thread (on_cleanup). Skip the
+    # interpreter's final garbage collection of torch/OLMo-core state, which can take
+    # many seconds and would make SIGTERM look ignored to supervisors.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

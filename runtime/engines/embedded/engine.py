@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .forward import InferenceModel
+from .forward import InferenceModel, UnsupportedModel
 from .sampling import BadRequest, SamplingParams, sample
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,9 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
     """The weight checksum used by the startup audit (shared with the trainer)."""
     try:
         from runtime.models.weights import state_checksum as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
+    except ImportError:  # the models part is optional for the serving side
+        pass
+    else:
         return str(shared(state))
     h = hashlib.sha256()
     for name in sorted(state):
@@ -141,7 +141,10 @@ class Engine:
             self.model, max_slots=max_running_requests, capacity=context_length, device=device
         )
         if cuda_graph:
-            self.im.enable_cuda_graphs()
+            try:
+                self.im.enable_cuda_graphs()
+            except UnsupportedModel as exc:
+                log.warning("CUDA graphs disabled: %s", exc)
         self._lock = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
         self._running: list[GenRequest] = []

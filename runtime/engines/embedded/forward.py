@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 
 class UnsupportedModel(ValueError):
@@ -31,23 +30,23 @@ class _Layer:
 
     kind: str  # "pre" | "post" | "peri"
     attn: Any
-    attn_norm: nn.Module
-    ffn_norm: nn.Module
+    attn_norm: Any
+    ffn_norm: Any
     attn_alpha: float
     ffn_alpha: float
-    ffn: nn.Module | None
-    moe: Any | None
+    ffn: Any
+    moe: Any
     hybrid: bool
-    moe_norm: nn.Module | None
-    post_attn_norm: nn.Module | None
-    post_ffn_norm: nn.Module | None
+    moe_norm: Any
+    post_attn_norm: Any
+    post_ffn_norm: Any
     window: int | None
-    rope: Any | None
+    rope: Any
     scale: float
     index: int = 0
 
 
-def _block_layer(block: nn.Module) -> _Layer:
+def _block_layer(block: Any) -> _Layer:
     from olmo_core.nn.attention import Attention
     from olmo_core.nn.rope import RotaryEmbedding
     from olmo_core.nn.transformer import block as B
@@ -136,13 +135,13 @@ class InferenceModel:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Any,
         *,
         max_slots: int,
         capacity: int,
         device: torch.device | str = "cpu",
     ):
-        self.model = model.eval()
+        self.model: Any = model.eval()
         self.device = torch.device(device)
         self.max_slots = max_slots
         self.capacity = capacity

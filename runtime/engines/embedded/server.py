@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
-INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("server_args", dict)
+INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("server_args")
 
 
 def _error(message: str, status: int = 400) -> web.Response:
@@ -95,7 +95,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
                     rid = f"{rid}-{j}"
                 p = params
                 if params.n > 1 and params.sampling_seed is not None:
-                    p = SamplingParams(**{**params.__dict__, "sampling_seed": params.sampling_seed + j})
+                    p = SamplingParams(
+                        **{**params.__dict__, "sampling_seed": params.sampling_seed + j}
+                    )
                 reqs.append(
                     engine.make_request(
                         prompt,
@@ -114,6 +116,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _error(str(exc))
     except (TypeError, ValueError) as exc:
         return _error(f"invalid request: {exc}")
+    if not engine.alive:
+        return _error("the engine's scheduler is not running", 503)
     for r in reqs:
         engine.submit(r)
     try:
@@ -123,6 +127,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
             engine.abort(r.rid)
         raise
     return web.json_response(results if batched else results[0])
+
+
+def _threadsafe_resolve(
+    loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], result: dict[str, Any]
+) -> None:
+    loop.call_soon_threadsafe(_resolve, fut, result)
 
 
 def _resolve(fut: asyncio.Future[Any], result: dict[str, Any]) -> None:
@@ -144,7 +154,7 @@ async def health_generate(request: web.Request) -> web.Response:
     req = engine.make_request(
         [0],
         SamplingParams(max_new_tokens=1, temperature=0.0),
-        lambda res: loop.call_soon_threadsafe(_resolve, fut, res),
+        lambda res: _threadsafe_resolve(loop, fut, res),
         rid=f"HEALTH_CHECK_{id(fut)}",
     )
     engine.submit(req)
@@ -217,7 +227,7 @@ async def get_model_info(request: web.Request) -> web.Response:
 
 async def get_server_info(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    info = dict(request.app[INFO_KEY])
+    info: dict[str, Any] = dict(request.app[INFO_KEY])  # type: ignore[index]
     info.update(engine.load())
     info.update(engine.stats)
     info["weight_version"] = engine.weight_version
@@ -261,7 +271,7 @@ async def abort_request(request: web.Request) -> web.Response:
 def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     app = web.Application(client_max_size=512 * 1024 * 1024)
     app[ENGINE_KEY] = engine
-    app[INFO_KEY] = server_args
+    app[INFO_KEY] = dict(server_args)  # type: ignore[index]
     r = app.router
     r.add_route("POST", "/generate", generate)
     r.add_route("PUT", "/generate", generate)

@@ -72,7 +72,9 @@ def tiny_config(
             force_full_attention_on_last_layer=True,
         )
     if kind == "dense":
-        return TransformerConfig.llama_like(block_name=TransformerBlockType.reordered_norm, **kwargs)
+        return TransformerConfig.llama_like(
+            block_name=TransformerBlockType.reordered_norm, **kwargs
+        )
     moe = MoEConfig(
         name=MoEType.dropless,
         num_experts=8,
