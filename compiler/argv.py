@@ -123,6 +123,12 @@ def router_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
         str(inf["router_balance_abs_threshold"]),
         "--balance-rel-threshold",
         repr(float(inf["router_balance_rel_threshold"])),
+        # sglang-router always starts a metrics exporter (default port 29000) and exits when
+        # that port is taken; give it its own port beside the router's
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(int(router["port"]) + 1),
         "--worker-urls",
         *urls,
     ]
