@@ -111,6 +111,13 @@ def export_hf(
     from olmo_core.nn.hf import convert_state_to_hf, get_hf_config
 
     model = _unwrap(model_or_loaded)
+    from olmo_core.nn.transformer import MoETransformer
+
+    if isinstance(model, MoETransformer):
+        raise UnsupportedHFModel(
+            "HF export of MoE models is not supported (no transformers architecture matches "
+            "OLMo-core's shared-expert / hybrid MoE blocks); use the native checkpoint instead"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hf_config = get_hf_config(model)

@@ -132,8 +132,12 @@ def load_model(
             )
         except ValueError as e:
             raise ModelLoadError(str(e)) from e
-        model = config.build(init_device="cpu")
-        model.init_weights(device=torch.device("cpu"))
+        # OLMo-core initialises some modules (MoE shared MLPs) from the global RNG, not from
+        # init_seed: seed it too, without disturbing the caller's RNG stream.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = config.build(init_device="cpu")
+            model.init_weights(device=torch.device("cpu"))
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     path = Path(source)
     if fmt == "native":

@@ -93,7 +93,8 @@ class TrainerConfig:
                 tis_clip=float(asy.get("tis_clip", 2.0)),
             ),
             sequence_packing=bool(trainer.get("sequence_packing", True)),
-            packing_max_tokens=trainer.get("packing_max_tokens"),
+            packing_max_tokens=trainer.get("packing_max_tokens")
+            or c.get("inference", {}).get("max_context_length"),
             activation_recompute=bool(trainer.get("activation_recompute", False)),
             router_aux_loss_coef=trainer.get("router_aux_loss_coef"),
             router_z_loss_coef=trainer.get("router_z_loss_coef"),

@@ -31,8 +31,13 @@ def _ids(lm):
 
 def test_files_and_config(exported) -> None:
     lm, out = exported
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "generation_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ):
         assert (out / name).is_file(), name
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architectures"] == ["Olmo3ForCausalLM"]
@@ -102,3 +107,46 @@ def test_olmo2_config_maps_without_window() -> None:
     assert cfg.block.sequence_mixer.sliding_window is None
     with pytest.raises(UnsupportedHFModel, match="llama"):
         hf_config_to_olmo_core({"model_type": "llama"})
+
+
+def test_olmo2_export_and_import_round_trip(tmp_path) -> None:
+    """A model without sliding windows exports as Olmo2ForCausalLM (GQA too) and re-imports."""
+    from olmo_core.nn.attention import AttentionBackendName
+    from olmo_core.nn.feed_forward import FeedForwardConfig
+    from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig
+
+    from runtime.models import LoadedModel, build_builtin_tokenizer
+
+    tok = build_builtin_tokenizer()
+    cfg = TransformerConfig.llama_like(
+        d_model=64,
+        vocab_size=tok.vocab_size,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        block_name=TransformerBlockType.reordered_norm,
+        qk_norm=True,
+        layer_norm_eps=1e-6,
+        feed_forward=FeedForwardConfig(hidden_size=96, bias=False),
+        attn_backend=AttentionBackendName.torch,
+    )
+    model = cfg.build(init_device="cpu")
+    model.init_weights(device=torch.device("cpu"))
+    lm = LoadedModel(model=model.eval(), tokenizer=tok, config=cfg, family="dense", source="test")
+    export_hf(lm, tok, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [
+        "Olmo2ForCausalLM"
+    ]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+    x = _ids(lm)
+    again = load_model(str(tmp_path))
+    with torch.no_grad():
+        ref = model(x)
+        assert torch.allclose(hf.eval()(x).logits, ref, atol=1e-5, rtol=1e-5)
+        assert torch.equal(again.model(x), ref)
+
+
+def test_moe_export_is_refused_clearly(tmp_path) -> None:
+    lm = load_model("builtin:tiny-moe")
+    with pytest.raises(UnsupportedHFModel, match="MoE"):
+        export_hf(lm, lm.tokenizer, tmp_path)

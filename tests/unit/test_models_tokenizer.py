@@ -59,9 +59,9 @@ def test_save_and_reload(tok: Tokenizer, tmp_path) -> None:
     again = Tokenizer.from_dir(tmp_path)
     text = tok.apply_chat_template([{"role": "user", "content": "What is 9+9?"}])
     assert again.encode(text) == tok.encode(text)
-    assert again.apply_chat_template([{"role": "user", "content": "hi"}]) == tok.apply_chat_template(
+    assert again.apply_chat_template(
         [{"role": "user", "content": "hi"}]
-    )
+    ) == tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert (again.eos_token_id, again.pad_token_id, again.vocab_size) == (
         tok.eos_token_id,
         tok.pad_token_id,

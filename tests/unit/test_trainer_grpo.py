@@ -104,7 +104,9 @@ def test_token_level_average_uses_global_divisor_and_mask() -> None:
 
 def test_entropy_bonus_sign() -> None:
     ent = torch.tensor([2.0])
-    loss, _, _ = _loss(torch.tensor([-1.0]), None, torch.zeros(1), GRPOConfig(entropy_coef=0.1), entropy=ent)
+    loss, _, _ = _loss(
+        torch.tensor([-1.0]), None, torch.zeros(1), GRPOConfig(entropy_coef=0.1), entropy=ent
+    )
     assert loss.item() == pytest.approx(-0.2)
 
 

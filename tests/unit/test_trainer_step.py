@@ -125,15 +125,27 @@ def test_from_manifest_maps_fields() -> None:
         "config": {
             "model": {"source": "builtin:tiny", "architecture": "dense"},
             "trainer": {"device": "cpu", "sequence_packing": False, "packing_max_tokens": 512},
-            "optimizer": {"lr": 2e-5, "schedule": "cosine", "warmup_steps": 3, "eps_clip_high": 0.3,
-                          "kl_coef": 0.05, "steps_per_collection": 2},
+            "optimizer": {
+                "lr": 2e-5,
+                "schedule": "cosine",
+                "warmup_steps": 3,
+                "eps_clip_high": 0.3,
+                "kl_coef": 0.05,
+                "steps_per_collection": 2,
+            },
             "async": {"enabled": True, "off_policy_correction": "tis", "tis_clip": 3.0},
             "training": {"num_rollouts": 7},
             "runtime": {"seed": 9},
         }
     }
     cfg = TrainerConfig.from_manifest(manifest)
-    assert (cfg.lr, cfg.schedule, cfg.warmup_steps, cfg.total_steps, cfg.seed) == (2e-5, "cosine", 3, 14, 9)
+    assert (cfg.lr, cfg.schedule, cfg.warmup_steps, cfg.total_steps, cfg.seed) == (
+        2e-5,
+        "cosine",
+        3,
+        14,
+        9,
+    )
     assert cfg.grpo.eps_clip_high == 0.3 and cfg.grpo.kl_coef == 0.05
     assert cfg.grpo.off_policy_correction == "tis" and cfg.grpo.tis_clip == 3.0
     assert cfg.sequence_packing is False and cfg.architecture == "dense"
@@ -145,13 +157,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# linear-in-gradient step (see the packing test) so float summation order cannot flip signs
+DP_CFG = TrainerConfig(lr=1.0, adam_eps=1.0, seed=5, packing_max_tokens=64, clip_grad=1.0)
+
+
 def _dp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    tr = Trainer(TrainerConfig(lr=1e-3, seed=5, packing_max_tokens=64))
+    tr = Trainer(DP_CFG)
     samples = _batch(tr.loaded.tokenizer, seed=2)
     # uneven split on purpose: rank 0 gets more rows than rank 1
     mine = samples[:8] if rank == 0 else samples[8:]
@@ -168,7 +187,7 @@ def test_two_rank_data_parallel_equals_single_process(tmp_path) -> None:
     r0 = torch.load(tmp_path / "r0.pt")
     r1 = torch.load(tmp_path / "r1.pt")
     assert _max_diff(r0["params"], r1["params"]) == 0.0  # replicas stay identical
-    single = Trainer(TrainerConfig(lr=1e-3, seed=5, packing_max_tokens=64))
+    single = Trainer(DP_CFG)
     m = single.train_step(_batch(single.loaded.tokenizer, seed=2))
     assert _max_diff(r0["params"], _params(single)) < 1e-6
     assert r0["metrics"]["samples"] == m["samples"]
