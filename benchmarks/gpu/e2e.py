@@ -1,0 +1,200 @@
+"""One GRPO collection end to end on rlc's components, timed by phase.
+
+generation (embedded engine, continuous batching, optional CUDA graphs) -> scoring
+(``task.reward``) -> update (``runtime.trainer.Trainer.train_step``, GRPO) -> publication
+(``--publish disk``: safetensors snapshot + ``Engine.update_weights``, the embedded
+default; ``tensor``: in-process GPU copy). The components are composed directly here (not
+through ``rlc run``), so this measures the work of a collection, not orchestration.
+Compare with ``benchmarks/trl_grpo.py`` on the same prompts/reward/lengths/batch.
+
+    python benchmarks/gpu/e2e.py --prompts 8 --group 8 --new-tokens 256 --collections 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+
+import task  # noqa: E402
+
+
+def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> list[dict]:
+    results: list[dict | None] = [None] * (len(prompt_ids) * group)
+    done = threading.Event()
+    left = [len(results)]
+    lock = threading.Lock()
+
+    def make_cb(i: int) -> Any:
+        def cb(res: dict) -> None:
+            results[i] = res
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+        return cb
+
+    k = 0
+    for ids in prompt_ids:
+        for _ in range(group):
+            eng.submit(eng.make_request(ids, params, make_cb(k), return_logprob=True))
+            k += 1
+    if not done.wait(900):
+        raise TimeoutError("generation did not finish")
+    for r in results:
+        assert r is not None and r["meta_info"]["finish_reason"]["type"] != "abort", r
+    return results  # type: ignore[return-value]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", default="builtin:olmo3-1b?vocab_size=100352")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--collections", type=int, default=3)
+    ap.add_argument("--publish", default="disk", choices=["disk", "tensor"])
+    ap.add_argument("--no-cuda-graph", action="store_true")
+    ap.add_argument("--label", default="dense")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
+    args = ap.parse_args()
+
+    from runtime.engines.embedded.engine import Engine
+    from runtime.engines.embedded.sampling import SamplingParams
+    from runtime.publication.disk import write_snapshot
+    from runtime.trainer import Sample, Trainer, TrainerConfig, group_advantages
+
+    cuda = args.device == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    t0 = time.perf_counter()
+    trainer = Trainer(TrainerConfig(model_source=args.source, device=args.device, lr=1e-6))
+    # the engine's copy comes from the trainer's (on-device) weights: building the 1.5B
+    # builtin a second time on the CPU costs ~30 s on the lent machine
+    loaded = dataclasses.replace(
+        trainer.loaded, model=copy.deepcopy(trainer.model).to(dtype=dtype).eval()
+    )
+    tok = loaded.tokenizer
+    texts = task.prompts(args.prompts * args.collections)
+    prompt_ids = [tok.encode(t) for t in texts]
+    batch = args.prompts * args.group
+    graph = cuda and not args.no_cuda_graph and loaded.family == "dense"
+    eng = Engine(
+        loaded,
+        model_path="e2e",
+        device=args.device,
+        max_running_requests=batch,
+        context_length=max(map(len, prompt_ids)) + args.new_tokens + 8,
+        cuda_graph=graph,
+    )
+    eng.start()
+    setup_s = time.perf_counter() - t0
+    params = SamplingParams(
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        temperature=1.0,
+        ignore_eos=True,
+    )
+    colls: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in range(args.collections):
+            ids = prompt_ids[c * args.prompts : (c + 1) * args.prompts]
+            sync()
+            t_start = time.perf_counter()
+            results = generate(eng, ids, args.group, params)
+            t_gen = time.perf_counter()
+            rewards = [task.reward(r["text"]) for r in results]
+            samples = []
+            for p in range(args.prompts):
+                grp = results[p * args.group : (p + 1) * args.group]
+                adv = group_advantages(rewards[p * args.group : (p + 1) * args.group])
+                for r, a in zip(grp, adv, strict=True):
+                    lps = [float(x[0]) for x in r["meta_info"]["output_token_logprobs"]]
+                    samples.append(
+                        Sample(ids[p], list(r["output_ids"]), advantage=a, rollout_logprobs=lps)
+                    )
+            t_score = time.perf_counter()
+            metrics = trainer.train_step(samples)
+            sync()
+            t_upd = time.perf_counter()
+            if args.publish == "disk":
+                sd = trainer.state_dict_for_publication(dtype=dtype, device="cpu")
+                path = write_snapshot(sd, Path(tmp), c + 1)
+                res = eng.update_weights(str(path), version=str(c + 1), abort_all=False)
+                if not res.get("success"):
+                    raise RuntimeError(res)
+            else:
+                with torch.no_grad():
+                    src = trainer.state_dict_for_publication(dtype=dtype, device=args.device)
+                    for name, t in loaded.model.state_dict().items():
+                        t.copy_(src[name])
+                    del src
+            sync()
+            t_pub = time.perf_counter()
+            row = {
+                "generation_s": t_gen - t_start,
+                "scoring_s": t_score - t_gen,
+                "update_s": t_upd - t_score,
+                "publication_s": t_pub - t_upd,
+                "total_s": t_pub - t_start,
+                "gen_tokens": sum(len(r["output_ids"]) for r in results),
+                "logprob_abs_diff": metrics.get("logprob_abs_diff"),
+                "mean_reward": sum(rewards) / len(rewards),
+            }
+            colls.append(row)
+            print(f"collection {c}: {row}", flush=True)
+    eng.stop()
+    steady = colls[1:] or colls
+    med = {k: statistics.median(r[k] for r in steady) for k in colls[0] if k.endswith("_s")}
+    report = {
+        "benchmark": "gpu_e2e",
+        "label": args.label,
+        "source": args.source,
+        "family": loaded.family,
+        "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+        "prompts": args.prompts,
+        "group": args.group,
+        "new_tokens": args.new_tokens,
+        "publish": args.publish,
+        "cuda_graph": graph,
+        "setup_s": setup_s,
+        "collections": colls,
+        "median_after_first_s": med,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"gpu_e2e-{args.label}-{args.publish}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}\n")
+    print(
+        f"{args.label} {args.source}: {args.prompts}x{args.group} samples, {args.new_tokens} new tokens"
+    )
+    print(f"{'phase':<14} {'median s':>9}")
+    for k, v in med.items():
+        print(f"{k:<14} {v:>9.3f}")
+    trainer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

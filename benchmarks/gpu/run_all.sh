@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# GPU benchmark driver for one lent H200 call: runs the named stages in order, each under
+# its own timeout, logging to $OUT/log.txt and re-packing every JSON result into
+# $OUT/results.tar after each stage (so a stage killed by a timeout loses only itself).
+#
+#   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
+#
+# Stages: env raw decode trainer publish trl e2e moe (see the case below). Expects the
+# wheels already installed and PYTHONPATH set (see docs/benchmarks-gpu.md).
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+RES=benchmarks/results/gpu
+mkdir -p "$OUT" "$RES"
+LOG=$OUT/log.txt
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+M1B='builtin:olmo3-1b?vocab_size=100352'
+
+stage() {  # stage NAME TIMEOUT CMD...
+  local name=$1 t=$2
+  shift 2
+  echo "=== [$(date -u +%H:%M:%S)] $name (timeout ${t}s): $*" | tee -a "$LOG"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$t" "$@" 2>&1 | grep -v "Loading weights\|it/s]" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name rc=$rc in $((SECONDS - t0))s" | tee -a "$LOG"
+  tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
+}
+
+for s in "$@"; do
+  case $s in
+  env)
+    stage env 60 bash -c 'nvidia-smi; python3 -c "import torch,transformers,sys;print(sys.version);print(torch.__version__,torch.version.cuda,torch.cuda.get_device_name(),transformers.__version__)";
+      python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|accelerate|datasets|trl|pyarrow|fsspec|huggingface|safetensors|triton|ai2-olmo|pydantic|aiohttp|httpx) ";
+      python3 -c "import olmo_core,trl,datasets;print(\"olmo_core\",olmo_core.__version__,\"trl\",trl.__version__,\"datasets\",datasets.__version__)"; df -h /tmp | tail -1; nproc; free -g | head -2'
+    ;;
+  raw)
+    stage raw-4x2048 150 python3 benchmarks/raw_olmo_core_step.py --batch 4 --seq 2048 --precision bf16 amp --steps 5 --warmup 2
+    stage raw-1x8192 100 python3 benchmarks/raw_olmo_core_step.py --batch 1 --seq 8192 --precision amp --steps 4 --warmup 2
+    ;;
+  decode)
+    stage decode 330 python3 benchmarks/gpu/decode.py --batch-sizes 64 256 --prompt-len 128 --new-tokens 256 --repeats 1
+    ;;
+  trainer)
+    stage trainer 200 python3 benchmarks/trainer_step.py --device cuda --model "$M1B" --samples 32 \
+      --prompt-len 512 --response-len 1536 --packing-max-tokens 8192 --steps 3 --warmup 1 \
+      --out "$RES/trainer_step-olmo3-1b-cuda.json"
+    ;;
+  publish)
+    stage publish 150 python3 benchmarks/gpu/publish.py --source "$M1B" --repeats 3
+    ;;
+  trl)
+    stage trl 150 python3 benchmarks/trl_grpo.py --prompts 8 --group 8 --new-tokens 256 --steps 2
+    ;;
+  e2e)
+    stage e2e 240 python3 benchmarks/gpu/e2e.py --prompts 8 --group 8 --new-tokens 256 --collections 2
+    ;;
+  moe)
+    stage moe 200 python3 benchmarks/gpu/e2e.py --source builtin:smallmoe --label moe \
+      --prompts 4 --group 4 --new-tokens 32 --collections 2
+    ;;
+  *)
+    echo "unknown stage $s" | tee -a "$LOG"
+    ;;
+  esac
+done
+echo "=== done $(date -u +%H:%M:%S)" | tee -a "$LOG"
