@@ -46,11 +46,19 @@ def main() -> None:
     spec = "specs/examples/quickstart.toml"
     compile_cmd = [py, "-m", "compiler.cli", "compile", spec, "-o", str(build)]
     # warm the bytecode and the rules/schema caches once, as an installed rlc would have
-    subprocess.run(compile_cmd, cwd=ROOT, env={**base, "RLC_NO_CACHE": "1"}, check=True, capture_output=True)
+    subprocess.run(
+        compile_cmd, cwd=ROOT, env={**base, "RLC_NO_CACHE": "1"}, check=True, capture_output=True
+    )
     rows = [
-        ("python -c 'import tomllib' (floor)", timed([py, "-c", "import tomllib"], base, args.runs)),
+        (
+            "python -c 'import tomllib' (floor)",
+            timed([py, "-c", "import tomllib"], base, args.runs),
+        ),
         ("rlc --help", timed([py, "-m", "compiler.cli", "--help"], base, args.runs)),
-        ("rlc compile quickstart, no compile cache", timed(compile_cmd, {**base, "RLC_NO_CACHE": "1"}, args.runs)),
+        (
+            "rlc compile quickstart, no compile cache",
+            timed(compile_cmd, {**base, "RLC_NO_CACHE": "1"}, args.runs),
+        ),
         ("rlc compile quickstart, compile cache warm", timed(compile_cmd, base, args.runs)),
     ]
     shutil.rmtree(build, ignore_errors=True)

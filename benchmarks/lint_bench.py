@@ -39,7 +39,7 @@ def main() -> None:
     rows = []
     for phase in ("all",):
         times = []
-        for round_ in range(3):
+        for _ in range(3):
             t0 = time.perf_counter()
             for i in range(args.n):
                 name, blob = blobs[i % len(blobs)]
@@ -47,8 +47,15 @@ def main() -> None:
                 assert report.ok, report.findings
             times.append(time.perf_counter() - t0)
         best = min(times)
-        rows.append({"phase": phase, "n": args.n, "seconds": best, "per_second": args.n / best,
-                     "median_seconds": statistics.median(times)})
+        rows.append(
+            {
+                "phase": phase,
+                "n": args.n,
+                "seconds": best,
+                "per_second": args.n / best,
+                "median_seconds": statistics.median(times),
+            }
+        )
     result = {
         "benchmark": "lint",
         "machine": f"{platform.machine()} {os.cpu_count()} cores",

@@ -11,7 +11,10 @@ from compiler import __version__
 
 # name -> (module, one-line help). The help is here so `rlc --help` imports nothing else.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compile": ("compiler.commands.compile", "Compile a spec into a manifest and launch artifacts."),
+    "compile": (
+        "compiler.commands.compile",
+        "Compile a spec into a manifest and launch artifacts.",
+    ),
     "validate": ("compiler.commands.validate", "Check a spec; exit 0 when clean, 2 on errors."),
     "plan": ("compiler.commands.plan", "Show placement, batch geometry, lengths and memory."),
     "explain": ("compiler.commands.explain", "Explain a field, a rule, or a manifest value."),

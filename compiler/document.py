@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from compiler.diagnostics import Span
 
-PathPart = Union[str, int]
+PathPart = str | int
 Path = tuple[PathPart, ...]
 
 ScalarKind = Literal[
@@ -67,7 +67,7 @@ class ArrayOfTables:
         return [t.to_python() for t in self.tables]
 
 
-Node = Union[Scalar, Array, Table, ArrayOfTables]
+Node = Scalar | Array | Table | ArrayOfTables
 
 
 @dataclass

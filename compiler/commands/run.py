@@ -50,7 +50,7 @@ def run_manifest(path: Path, resume: str | None, progress: bool) -> int:
         argv += ["--resume", resume]
     if not progress:
         argv.append("--no-progress")
-    proc = subprocess.Popen(argv, env=dict(os.environ))
+    proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_term_with_parent)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         while True:
@@ -62,6 +62,16 @@ def run_manifest(path: Path, resume: str | None, progress: bool) -> int:
         signal.signal(signal.SIGINT, previous)
         if proc.poll() is None:
             proc.terminate()
+
+
+def _term_with_parent() -> None:
+    """In the child: SIGTERM (save and stop) if `rlc` itself is killed (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @click.command("run")

@@ -17,7 +17,11 @@ RLC = [sys.executable, "-m", "compiler.cli"]
 
 def rlc(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*RLC, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+        [*RLC, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, **(env or {})},
     )
 
@@ -85,7 +89,9 @@ def test_lint_clean_tampered_stale_and_schema_invalid(built, tmp_path):
     data = json.loads(good.read_text())
     tampered = tmp_path / "tampered" / "manifest.json"
     tampered.parent.mkdir()
-    body = dict(data, config={**data["config"], "optimizer": {**data["config"]["optimizer"], "lr": 0.5}})
+    body = dict(
+        data, config={**data["config"], "optimizer": {**data["config"]["optimizer"], "lr": 0.5}}
+    )
     tampered.write_text(json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n")
     r = rlc("lint", str(tampered))
     assert r.returncode == 1 and "manifest-digest" in r.stdout
@@ -97,10 +103,14 @@ def test_lint_clean_tampered_stale_and_schema_invalid(built, tmp_path):
         doc["digest"] = digest_of(doc)
         path = tmp_path / where / "manifest.json"
         path.parent.mkdir()
-        path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
+        path.write_text(
+            json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+        )
         return path
 
-    stale = resealed({**data, "compiler": {**data["compiler"], "rules_digest": "sha256:" + "0" * 64}}, "stale")
+    stale = resealed(
+        {**data, "compiler": {**data["compiler"], "rules_digest": "sha256:" + "0" * 64}}, "stale"
+    )
     r = rlc("lint", str(stale))
     assert r.returncode == 1 and "manifest-stale" in r.stdout
 
@@ -111,7 +121,13 @@ def test_lint_clean_tampered_stale_and_schema_invalid(built, tmp_path):
     assert any(f["code"] == "manifest-schema" for f in report[0]["findings"])
 
     rules_broken = resealed(
-        {**data, "config": {**data["config"], "trainer": {**data["config"]["trainer"], "tensor_parallel": 2}}},
+        {
+            **data,
+            "config": {
+                **data["config"],
+                "trainer": {**data["config"]["trainer"], "tensor_parallel": 2},
+            },
+        },
         "rules",
     )
     r = rlc("lint", str(rules_broken))

@@ -39,7 +39,9 @@ def test_every_example_renders_a_valid_training_spec(name):
 
 def test_manifest_travels_inside_the_job_byte_for_byte():
     manifest, text = _compile("quickstart")
-    script = yaml.safe_load(render_beaker(manifest, text).files["train.yaml"])["tasks"][0]["arguments"][0]
+    script = yaml.safe_load(render_beaker(manifest, text).files["train.yaml"])["tasks"][0][
+        "arguments"
+    ][0]
     payload = script.split("echo ", 1)[1].split(" ", 1)[0]
     assert gzip.decompress(base64.b64decode(payload)).decode() == text
     assert "python -m runtime.execute /rlc/manifest.json" in script
