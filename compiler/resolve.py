@@ -85,6 +85,27 @@ def _walk_model(model: Any, value: dict[str, Any], prefix: str, out: list[str]) 
             out.append(f"{prefix}.{key}")
 
 
+def _builtin_base(source: str) -> str | None:
+    """``builtin:olmo3-1b?vocab_size=100352`` -> ``builtin:olmo3-1b``; None for paths."""
+    if not source.startswith("builtin:"):
+        return None
+    return source.partition("?")[0]
+
+
+def _builtin_bad_overrides(source: str) -> list[str]:
+    from compiler.spec.model import BUILTIN_OVERRIDE_KEYS
+
+    if not source.startswith("builtin:"):
+        return []
+    query = source.partition("?")[2]
+    bad = []
+    for part in filter(None, query.split("&")):
+        key, sep, value = part.partition("=")
+        if not sep or key not in BUILTIN_OVERRIDE_KEYS or not value.isdigit():
+            bad.append(part)
+    return bad
+
+
 def _join(base_dir: str, p: str | None) -> str | None:
     if p is None or p.startswith("builtin:"):
         return p
@@ -201,7 +222,8 @@ class _Resolver:
         c = self.config
         m, tr, inf, opt, asy = c["model"], c["trainer"], c["inference"], c["optimizer"], c["async"]
         builtin = m["source"].startswith("builtin:")
-        info = BUILTIN_MODELS.get(m["source"].removeprefix("builtin:"), {}) if builtin else {}
+        base = m["source"].removeprefix("builtin:").partition("?")[0]
+        info = BUILTIN_MODELS.get(base, {}) if builtin else {}
 
         self.derive(
             "model.format",
@@ -581,6 +603,8 @@ class _Resolver:
                 "background_only_fields": background_fields,
                 "eval_reserved_server_args": bad_args,
                 "builtin_model": c["model"]["source"].startswith("builtin:"),
+                "builtin_base": _builtin_base(c["model"]["source"]),
+                "builtin_bad_overrides": _builtin_bad_overrides(c["model"]["source"]),
             },
             spans,
         )

@@ -20,6 +20,26 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "vocab": 64,
         "description": "2-layer dense toy model with a digit tokenizer (CPU tests, quickstart)",
     },
+    "small": {
+        "architecture": "dense",
+        "params": 4_000_000,
+        "layers": 4,
+        "hidden": 256,
+        "kv_heads": 4,
+        "head_dim": 64,
+        "vocab": 64,
+        "description": "4-layer dense model with the builtin tokenizer (CPU experiments)",
+    },
+    "tiny-hybrid-moe": {
+        "architecture": "hybrid_moe",
+        "params": 3_000_000,
+        "layers": 2,
+        "hidden": 64,
+        "kv_heads": 4,
+        "head_dim": 16,
+        "vocab": 64,
+        "description": "2-layer hybrid MoE toy model (dense and MoE blocks)",
+    },
     "tiny-moe": {
         "architecture": "moe",
         "params": 3_000_000,
@@ -73,6 +93,16 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "description": "hybrid (linear + full attention) MoE, random init",
     },
 }
+# `builtin:NAME?key=int&...` adjusts a builtin's shape (runtime/models/builtin.py reads it)
+BUILTIN_OVERRIDE_KEYS = (
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "num_experts",
+    "top_k",
+    "vocab_size",
+    "window",
+)
 
 
 class ModelSection(Section):

@@ -41,6 +41,11 @@ CASES: list[tuple[str, str, str]] = [
         '[model]\nsource = "builtin:tiny"\n',
     ),
     (
+        "model-builtin-override",
+        '[model]\nsource = "builtin:olmo3-1b?vocab=5"  # <-\n',
+        '[model]\nsource = "builtin:tiny?n_layers=4"\n',
+    ),
+    (
         "model-format-builtin-path",
         '[model]\nsource = "ckpt"\nformat = "builtin"  # <-\n',
         '[model]\nsource = "ckpt"\nformat = "hf"\n',
