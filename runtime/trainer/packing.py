@@ -3,7 +3,8 @@
 A row concatenates several samples; ``doc_lens`` tells the model where each one starts so
 attention is block-diagonal and RoPE positions restart (see runtime.models.attention).
 Position ``t`` of a document predicts token ``t+1`` of the same document; only positions
-that predict response tokens carry loss.
+that predict response tokens carry loss. Recorded MoE routings (router replay) are laid out
+at the same packed positions: a document's recorded row ``j`` is token ``j``'s routing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class PackedRow:
     sample_index: torch.Tensor  # (T,) long, -1 where no target
     doc_lens: list[int]
     samples: list[int]  # indices into the input list, in row order
+    response_mask: torch.Tensor | None = None  # (T,) bool, True at response tokens
+    routed_experts: torch.Tensor | None = None  # (T, moe_layers, top_k) long, replay ids
+    replay_mask: torch.Tensor | None = None  # (T,) bool, True where a routing was recorded
 
     @property
     def num_tokens(self) -> int:
@@ -72,9 +76,40 @@ def _nan_or(values: list[float] | None, n: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def build_row(samples: Sequence[Sample], indices: Sequence[int]) -> PackedRow:
+def _routed_row(
+    docs: Sequence[tuple[int, torch.Tensor | None]],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Concatenate per-document recorded routings ``(m, L, K)`` at the packed positions.
+
+    Engines record ``tokens - 1`` rows (the last sampled token is never run through the
+    model); positions without a record route freely (``replay_mask`` False).
+    """
+    shapes = {tuple(r.shape[1:]) for _, r in docs if r is not None}
+    if not shapes:
+        return None, None
+    if len(shapes) > 1:
+        raise ValueError(f"routed_experts of one batch have different shapes: {sorted(shapes)}")
+    (lk,) = shapes
+    ids, keep = [], []
+    for n, r in docs:
+        block = torch.zeros((n, *lk), dtype=torch.long)
+        m = torch.zeros(n, dtype=torch.bool)
+        if r is not None:
+            c = min(n, int(r.shape[0]))
+            block[:c] = r[:c].long()
+            m[:c] = True
+        ids.append(block)
+        keep.append(m)
+    return torch.cat(ids), torch.cat(keep)
+
+
+def build_row(
+    samples: Sequence[Sample],
+    indices: Sequence[int],
+    routed: Sequence[torch.Tensor | None] | None = None,
+) -> PackedRow:
     ids: list[torch.Tensor] = []
-    targets, mask, adv, rollout, old, sidx = [], [], [], [], [], []
+    targets, mask, adv, rollout, old, sidx, resp = [], [], [], [], [], [], []
     doc_lens: list[int] = []
     for i in indices:
         s = samples[i]
@@ -89,6 +124,9 @@ def build_row(samples: Sequence[Sample], indices: Sequence[int]) -> PackedRow:
         rl = torch.full((n,), float("nan"))
         ol = torch.full((n,), float("nan"))
         si = torch.full((n,), -1, dtype=torch.long)
+        rm = torch.zeros(n, dtype=torch.bool)
+        rm[p:] = True
+        resp.append(rm)
         if r:
             span = slice(p - 1, n - 1)
             tgt[span] = doc[p:]
@@ -104,6 +142,11 @@ def build_row(samples: Sequence[Sample], indices: Sequence[int]) -> PackedRow:
         rollout.append(rl)
         old.append(ol)
         sidx.append(si)
+    routed_ids, replay_mask = _routed_row(
+        [(len(samples[i].prompt_ids) + len(samples[i].response_ids), routed[i]) for i in indices]
+        if routed is not None
+        else []
+    )
     return PackedRow(
         input_ids=torch.cat(ids),
         targets=torch.cat(targets),
@@ -114,10 +157,23 @@ def build_row(samples: Sequence[Sample], indices: Sequence[int]) -> PackedRow:
         sample_index=torch.cat(sidx),
         doc_lens=doc_lens,
         samples=list(indices),
+        response_mask=torch.cat(resp),
+        routed_experts=routed_ids,
+        replay_mask=replay_mask,
     )
 
 
-def pack_samples(samples: Sequence[Sample], max_tokens: int | None) -> list[PackedRow]:
-    """Pack samples into document-isolated rows (``None`` = one sample per row)."""
+def pack_samples(
+    samples: Sequence[Sample],
+    max_tokens: int | None,
+    routed: Sequence[torch.Tensor | None] | None = None,
+) -> list[PackedRow]:
+    """Pack samples into document-isolated rows (``None`` = one sample per row).
+
+    ``routed``: optional per-sample recorded routings ``(tokens', moe_layers, top_k)`` (see
+    ``runtime.trainer.replay.as_routed_experts``), laid out along the packed positions.
+    """
+    if routed is not None and len(routed) != len(samples):
+        raise ValueError(f"{len(routed)} routings for {len(samples)} samples")
     plan = plan_rows([s.num_tokens for s in samples], max_tokens)
-    return [build_row(samples, idx) for idx in plan]
+    return [build_row(samples, idx, routed) for idx in plan]

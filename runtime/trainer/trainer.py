@@ -8,6 +8,7 @@ and optimizer state stay fp32 (the master copy); on CUDA the forward runs under 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -28,10 +29,12 @@ from .distributed import (
 )
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
 from .packing import IGNORE, PackedRow, pack_samples
+from .replay import REDUCTIONS, as_routed_experts, moe_routers, router_losses, router_tap
 from .schedule import lr_multiplier
 from .types import Sample
 
 DEFAULT_PACKING_MAX_TOKENS = 8192
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,6 +59,9 @@ class TrainerConfig:
     bf16_autocast: bool | None = None  # None: on for CUDA, off for CPU
     router_aux_loss_coef: float | None = None  # None keeps the model config's value
     router_z_loss_coef: float | None = None
+    router_aux_loss_reduction: str = "token"  # "token": all tokens of a row; "response"
+    router_z_loss_reduction: str = "token"
+    router_replay: bool = False  # execute the experts recorded at rollout (Sample.routed_experts)
     expert_parallel: int = 1
     architecture: str | None = None
 
@@ -98,6 +104,9 @@ class TrainerConfig:
             activation_recompute=bool(trainer.get("activation_recompute", False)),
             router_aux_loss_coef=trainer.get("router_aux_loss_coef"),
             router_z_loss_coef=trainer.get("router_z_loss_coef"),
+            router_aux_loss_reduction=str(trainer.get("router_aux_loss_reduction", "token")),
+            router_z_loss_reduction=str(trainer.get("router_z_loss_reduction", "token")),
+            router_replay=bool(trainer.get("router_replay", False)),
             expert_parallel=int(trainer.get("expert_parallel", 1) or 1),
             architecture=model.get("architecture"),
         )
@@ -118,6 +127,11 @@ def _token_logprobs(
     if want_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def _response_count(row: PackedRow) -> int:
+    mask = row.response_mask if row.response_mask is not None else row.targets != IGNORE
+    return int(mask.sum())
 
 
 class Trainer:
@@ -179,14 +193,33 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup helpers
     def _configure_router_losses(self) -> None:
-        from olmo_core.nn.moe.router import MoERouter
+        """Take the router losses over from OLMo-core (see ``runtime.trainer.replay``).
 
-        for module in self.model.modules():
-            if isinstance(module, MoERouter):
-                if self.cfg.router_aux_loss_coef is not None:
-                    module.lb_loss_weight = self.cfg.router_aux_loss_coef or None
-                if self.cfg.router_z_loss_coef is not None:
-                    module.z_loss_weight = self.cfg.router_z_loss_coef or None
+        The weights come from the config, or from the model config when unset (OLMo-core
+        stores the configured weight divided by the layer count on each router); OLMo-core's
+        own in-forward losses are switched off so they are not counted twice.
+        """
+        cfg = self.cfg
+        for name, value in (
+            ("router_aux_loss_reduction", cfg.router_aux_loss_reduction),
+            ("router_z_loss_reduction", cfg.router_z_loss_reduction),
+        ):
+            if value not in REDUCTIONS:
+                raise ValueError(f"trainer.{name} must be one of {REDUCTIONS}, not {value!r}")
+        self.routers = moe_routers(self.model)
+        self._warned_unrouted = False
+        if cfg.router_replay and not self.routers:
+            raise ValueError("trainer.router_replay needs an MoE model; this one has no routers")
+        n = len(self.routers)
+        first = self.routers[0] if self.routers else None
+        model_aux = (first.lb_loss_weight or 0.0) * n if first is not None else 0.0
+        model_z = (first.z_loss_weight or 0.0) * n if first is not None else 0.0
+        aux, z = cfg.router_aux_loss_coef, cfg.router_z_loss_coef
+        self.aux_loss_coef = float(aux if aux is not None else model_aux)
+        self.z_loss_coef = float(z if z is not None else model_z)
+        for router in self.routers:
+            router.lb_loss_weight = None
+            router.z_loss_weight = None
 
     def _apply_activation_recompute(self) -> None:
         if self.loaded.family == "dense":
@@ -216,24 +249,51 @@ class Trainer:
         max_tokens = None
         if self.cfg.sequence_packing:
             max_tokens = self.cfg.packing_max_tokens or DEFAULT_PACKING_MAX_TOKENS
-        return pack_samples(samples, max_tokens)
+        routed = None
+        if self.cfg.router_replay:
+            layers, top_k = len(self.routers), int(self.routers[0].top_k)
+            routed = [as_routed_experts(s.routed_experts, layers, top_k) for s in samples]
+            missing = sum(r is None for r in routed)
+            if missing and not self._warned_unrouted:
+                self._warned_unrouted = True
+                log.warning(
+                    "trainer.router_replay is on but %d of %d samples carry no routed_experts; "
+                    "their tokens are routed by the current router (request "
+                    "return_routed_experts from the engines directly)",
+                    missing,
+                    len(samples),
+                )
+        return pack_samples(samples, max_tokens, routed)
 
     def _forward_selected(
-        self, model: torch.nn.Module, row: PackedRow, want_entropy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Logprobs at the positions that predict response tokens; also returns positions."""
+        self,
+        model: torch.nn.Module,
+        row: PackedRow,
+        want_entropy: bool,
+        *,
+        collect: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, Any]:
+        """Logprobs at the positions that predict response tokens, their positions, and the
+        router tap (replayed experts, mismatch counts, per-layer records when ``collect``)."""
         ids = row.input_ids.to(self.device).unsqueeze(0)
         pos = (row.targets != IGNORE).nonzero(as_tuple=True)[0].to(self.device)
-        with torch.autocast(
-            self.device.type,
-            dtype=self.autocast_dtype or torch.float32,
-            enabled=self.autocast_dtype is not None,
+        replay = mask = None
+        if self.cfg.router_replay and row.routed_experts is not None:
+            replay = row.routed_experts.to(self.device, non_blocking=True)
+            mask = None if row.replay_mask is None else row.replay_mask.to(self.device)
+        with (
+            router_tap(model, replay=replay, replay_mask=mask, collect=collect) as tap,
+            torch.autocast(
+                self.device.type,
+                dtype=self.autocast_dtype or torch.float32,
+                enabled=self.autocast_dtype is not None,
+            ),
         ):
             logits = model(ids, **row.model_kwargs(self.device))
         sel = logits[0].index_select(0, pos)
         targets = row.targets.to(self.device).index_select(0, pos)
         logp, ent = _token_logprobs(sel, targets, want_entropy)
-        return logp, ent, pos
+        return logp, ent, pos, tap
 
     # ------------------------------------------------------------------ public API
     @torch.no_grad()
@@ -244,7 +304,7 @@ class Trainer:
         out: list[torch.Tensor] = [torch.empty(0) for _ in samples]
         try:
             for row in self._rows(samples):
-                logp, _, pos = self._forward_selected(self.model, row, want_entropy=False)
+                logp, _, pos, _ = self._forward_selected(self.model, row, want_entropy=False)
                 owners = row.sample_index.to(self.device).index_select(0, pos)
                 for i in row.samples:
                     out[i] = logp[owners == i].float().cpu()
@@ -260,19 +320,31 @@ class Trainer:
         rows = self._rows(samples)
         local_tokens = float(sum(float(r.loss_mask.sum()) for r in rows))
         counts = all_reduce_scalars(
-            {"tokens": local_tokens, "samples": float(len(samples))}, self.device
+            {
+                "tokens": local_tokens,
+                "samples": float(len(samples)),
+                "all_tokens": float(sum(r.num_tokens for r in rows)),
+                "resp_tokens": float(sum(_response_count(r) for r in rows)),
+            },
+            self.device,
         )
         divisor = max(counts["tokens"], 1.0)
+        want_aux, want_z = self.aux_loss_coef > 0, self.z_loss_coef > 0
         want_entropy = True
         sums = {k: 0.0 for k in (*METRIC_SUMS, "rollout_tokens")}
+        sums.update(mismatches=0.0, decisions=0.0, aux_loss=0.0, z_loss=0.0)
         ratio_max, ratio_min = -math.inf, math.inf
         seq_tokens = 0
         for row in rows:
-            logp, ent, pos = self._forward_selected(self.model, row, want_entropy)
+            logp, ent, pos, tap = self._forward_selected(
+                self.model, row, want_entropy, collect=want_aux or want_z
+            )
+            sums["mismatches"] += tap.mismatches
+            sums["decisions"] += tap.decisions
             ref_logp = None
             if self.ref_model is not None:
                 with torch.no_grad():
-                    ref_logp, _, _ = self._forward_selected(self.ref_model, row, False)
+                    ref_logp, _, _, _ = self._forward_selected(self.ref_model, row, False)
 
             def at(t: torch.Tensor, pos: torch.Tensor = pos) -> torch.Tensor:
                 return t.to(self.device).index_select(0, pos)
@@ -288,6 +360,8 @@ class Trainer:
                 cfg=cfg,
                 token_divisor=divisor,
             )
+            if want_aux or want_z:
+                loss = loss + self._router_loss(row, tap.records, counts, sums)
             loss.backward()
             seq_tokens += row.num_tokens
             for k, v in msums.items():
@@ -315,6 +389,16 @@ class Trainer:
         sums["rows"] = float(len(rows))
         sums["lag_sum"] = float(sum(self.policy_version - 1 - s.policy_version for s in samples))
         sums = all_reduce_scalars(sums, self.device)
+        router_metrics: dict[str, float] = {}
+        if self.cfg.router_replay:
+            router_metrics["replay/route_mismatch"] = sums["mismatches"] / max(
+                sums["decisions"], 1.0
+            )
+            router_metrics["replay/decisions"] = sums["decisions"]
+        if want_aux:
+            router_metrics["router/aux_loss"] = sums["aux_loss"]
+        if want_z:
+            router_metrics["router/z_loss"] = sums["z_loss"]
         rmax = all_reduce_scalars({"v": ratio_max}, self.device, op="max")["v"]
         rmin = all_reduce_scalars({"v": ratio_min}, self.device, op="min")["v"]
         elapsed = time.perf_counter() - t0
@@ -336,7 +420,48 @@ class Trainer:
             step_time_s=elapsed,
             tokens_per_s=sums["seq_tokens"] / max(elapsed, 1e-9),
         )
+        metrics.update(router_metrics)
         return metrics
+
+    def _router_loss(
+        self,
+        row: PackedRow,
+        records: Any,
+        counts: dict[str, float],
+        sums: dict[str, float],
+    ) -> torch.Tensor:
+        """Weighted router aux/z losses of one row, scaled so the batch total is a
+        token-weighted mean of row-local losses (over all tokens or response tokens)."""
+        cfg = self.cfg
+        token_mask = torch.ones(row.num_tokens, dtype=torch.bool, device=self.device)
+        resp = row.response_mask if row.response_mask is not None else row.targets != IGNORE
+        response_mask = resp.to(self.device)
+        aux, z = router_losses(
+            records,
+            self.routers,
+            token_mask,
+            response_mask,
+            aux_reduction=cfg.router_aux_loss_reduction,
+            z_reduction=cfg.router_z_loss_reduction,
+            want_aux=self.aux_loss_coef > 0,
+            want_z=self.z_loss_coef > 0,
+        )
+
+        def share(reduction: str) -> float:
+            if reduction == "token":
+                return row.num_tokens / max(counts["all_tokens"], 1.0)
+            return _response_count(row) / max(counts["resp_tokens"], 1.0)
+
+        total = torch.zeros((), device=self.device)
+        if aux is not None:
+            w = share(cfg.router_aux_loss_reduction)
+            sums["aux_loss"] += float(aux.detach()) * w
+            total = total + self.aux_loss_coef * w * aux
+        if z is not None:
+            w = share(cfg.router_z_loss_reduction)
+            sums["z_loss"] += float(z.detach()) * w
+            total = total + self.z_loss_coef * w * z
+        return total
 
     def state_dict_for_publication(
         self, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"

@@ -14,7 +14,8 @@ class Sample:
     train/inference mismatch metric). ``old_logprobs`` optionally pins the PPO "old" policy
     (when one collection is split into several optimizer steps); without it the old policy
     is the current parameters (exact for one step per collection). ``loss_mask`` (per response
-    token, 1 = trained) lets callers exclude e.g. truncated tails.
+    token, 1 = trained) lets callers exclude e.g. truncated tails. ``routed_experts`` is used
+    only when the trainer runs with ``router_replay``.
     """
 
     prompt_ids: list[int]
@@ -26,7 +27,10 @@ class Sample:
     loss_mask: list[int] | None = None
     reward: float | None = None
     group_id: Any = None
-    routed_experts: Any = None  # recorded at rollout; router replay is not implemented yet
+    # MoE experts recorded at rollout, for router replay: SGLang's wire form (base64 int32,
+    # ``meta_info.routed_experts``) or an array ``(tokens - 1, moe_layers, top_k)`` whose row
+    # ``j`` is the routing of token ``j`` of ``prompt_ids + response_ids``.
+    routed_experts: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
