@@ -272,6 +272,7 @@ def _paths(manifest: dict[str, Any], output: dict[str, Any]) -> Paths:
     p = manifest.get("paths") or {}
     root = Path(p.get("root") or output.get("root") or f"runs/{manifest.get('name', 'run')}")
     root = root.resolve()
+
     def path(key: str, default: str) -> Path:
         # compiled from a relative spec path, paths are relative to the working directory
         return Path(p.get(key) or root / default).resolve()

@@ -93,17 +93,6 @@ def default_router_argv(cfg: RunConfig, urls: Sequence[str], port: int) -> list[
     )
 
 
-def _port_free(port: int, host: str = "127.0.0.1") -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _healthy(url: str, timeout: float) -> bool:
     import httpx
 
@@ -137,6 +126,7 @@ class NodeRunner:
         self.sup = Supervisor(log_dir=cfg.paths.root / "logs")
         self.engine_urls: list[str] = []
         self.gen_url = ""
+        self.publisher: Any = None  # set by the trainer node; dead engines are dropped from it
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -144,8 +134,9 @@ class NodeRunner:
 
     # ---- processes -----------------------------------------------------------------------
     def _local_ports(self) -> None:
-        """Single-node runs share the machine: a compiled port that is taken is swapped
-        for a free one (multi-node placements keep theirs, other nodes rely on them)."""
+        """A single-node run only talks over loopback, so its engines and router take free
+        ports (the machine may run other jobs on the compiled ones); multi-node placements
+        keep the compiled ports, other nodes rely on them."""
         from runtime.engines.process import free_port
 
         plan = self.cfg.placement
@@ -154,11 +145,15 @@ class NodeRunner:
         if plan.num_nodes == 1:
             taken: set[int] = set()
             for i, e in enumerate(engines):
-                if not _port_free(e.port) or e.port in taken:
-                    engines[i] = replace(e, port=free_port())
-                taken.add(engines[i].port)
-            if router_port is not None and (not _port_free(router_port) or router_port in taken):
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+                taken.add(port)
+                engines[i] = replace(e, port=port)
+            if router_port is not None:
                 router_port = free_port()
+                while router_port in taken:
+                    router_port = free_port()
         self.engines = engines
         self.router_port = router_port
 
@@ -205,12 +200,52 @@ class NodeRunner:
                 time.sleep(1.0)
 
     def health_check(self) -> None:
+        """Called at every collection boundary.
+
+        A dead engine behind the router is dropped (router, publication) and the run goes
+        on with the others (in-flight groups were already retried by the client); the run
+        fails when no engine is left or any other child died.
+        """
         from runtime.supervisor import ChildDied
 
+        for child in self.sup.dead():
+            lost = child.name.startswith("engine:") and self.router_port is not None
+            url = self._engine_url_of(child.name) if lost else None
+            survivors = [u for u in self.engine_urls if u != url]
+            if not lost or url is None or not survivors:
+                raise RunFailure(str(ChildDied(child.name, child.proc.returncode, child.tail())))
+            child.expected_exit = True
+            self.engine_urls[:] = survivors
+            if self.publisher is not None:
+                self.publisher.urls = [u for u in self.publisher.urls if u != url]
+            self._router_forget(url)
+            print(
+                f"rlc: warning: {child.name} ({url}) exited with code {child.proc.returncode}; "
+                f"continuing with {len(survivors)} engine(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _engine_url_of(self, name: str) -> str | None:
+        from runtime.placement import engine_url
+
+        for e in self.engines:
+            if f"engine:{e.id}" == name:
+                return engine_url(e, self.ident)
+        return None
+
+    def _router_forget(self, url: str) -> None:
+        """Remove a dead worker from sglang-router (it is addressed by its UUID)."""
+        import httpx
+
+        base = f"http://127.0.0.1:{self.router_port}"
         try:
-            self.sup.check()
-        except ChildDied as exc:
-            raise RunFailure(str(exc)) from None
+            workers = httpx.get(f"{base}/workers", timeout=5).json().get("workers", [])
+            for w in workers:
+                if str(w.get("url", "")).rstrip("/") == url.rstrip("/"):
+                    httpx.delete(f"{base}/workers/{w['id']}", timeout=5)
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            print(f"rlc: warning: could not remove {url} from the router: {exc}", file=sys.stderr)
 
     # ---- driver --------------------------------------------------------------------------
     def run(self) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ message can quote the child's last lines.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -87,11 +88,20 @@ class Supervisor:
                 env=full_env,
                 cwd=None if cwd is None else str(cwd),
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         child = Child(name=name, argv=list(argv), log_path=log_path, proc=proc, critical=critical)
         with self._lock:
             self.children.append(child)
+            self._write_index()
         return child
+
+    def _write_index(self) -> None:
+        """``<log_dir>/children.json``: name -> pid, for operators (and the kill tests)."""
+        index = {c.name: c.pid for c in self.children}
+        tmp = self.log_dir / "children.json.tmp"
+        tmp.write_text(json.dumps(index, sort_keys=True) + "\n")
+        tmp.replace(self.log_dir / "children.json")
 
     def get(self, name: str) -> Child | None:
         for c in self.children:
@@ -159,6 +169,17 @@ class Supervisor:
                 c.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 print(f"rlc: could not reap {c.name} (pid {c.pid})", file=sys.stderr)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the runtime dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -7,6 +7,7 @@ engine client, checkpoints, data); each adapts one interface in one place.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -89,13 +90,17 @@ def _make_trainer(cfg: RunConfig) -> TrainerAdapter:
     return TrainerAdapter(Trainer(TrainerConfig.from_manifest({"config": cfg.config})))
 
 
-def _make_generator(cfg: RunConfig, url: str) -> GroupGenerator:
+def _make_generator(
+    cfg: RunConfig, url: str, on_failure: Callable[[], None] = lambda: None
+) -> GroupGenerator:
     """Whole-group generation through the engine client (retries, timeouts from the manifest).
 
     The group goes out as ONE request with ``n`` and a base ``sampling_seed`` (sample i uses
     seed + i): the pinned sglang-router refuses per-sample ``sampling_params`` lists, and one
     request keeps the group on one engine (its prompt prefix is cached there). A failed or
-    aborted group is retried whole, up to ``runtime.group_retries`` times.
+    aborted group is retried whole, up to ``runtime.group_retries`` times; ``on_failure``
+    runs before each retry (the node drops dead engines from the router there, so the
+    retry goes to a live one, or raises when none is left).
     """
     from runtime.engines.client import (
         ClientSettings,
@@ -136,7 +141,9 @@ def _make_generator(cfg: RunConfig, url: str) -> GroupGenerator:
                     return data
                 errors.append(f"{len(aborted)} aborted / {len(data)} of {n} samples returned")
             if attempt < retries:
+                on_failure()
                 time.sleep(client.backoff(attempt))
+        on_failure()
         raise EngineFailure(
             f"a group failed {retries + 1} times at {url} (runtime.group_retries={retries}); "
             f"last error: {errors[-1] if errors else 'unknown'}"
@@ -236,6 +243,7 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     publisher = DiskPublisher(
         cfg.paths.engine_weights, runner.engine_urls, cfg.runtime.publish_timeout_s
     )
+    runner.publisher = publisher
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
     if state is None:
@@ -260,8 +268,14 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             verifiers[name] = get_verifier(name, cfg.rewards.get(name))
         return verifiers[name]
 
+    check_lock = threading.Lock()
+
+    def check_engines() -> None:
+        with check_lock:
+            runner.health_check()
+
     collector = Collector(
-        _make_generator(cfg, runner.gen_url),
+        _make_generator(cfg, runner.gen_url, check_engines),
         lambda p: render_ids(p, tokenizer),
         verifier_for,
         CollectSettings(
@@ -289,7 +303,7 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             metrics,
             state,
             save_checkpoint=save,
-            health_check=runner.health_check,
+            health_check=check_engines,
             progress=progress,
             stop=runner.stop,
             prompt_lookup=by_id.__getitem__,
@@ -303,6 +317,7 @@ def train(runner: NodeRunner) -> dict[str, Any]:
         log(f"HF export: {cfg.paths.export_hf} ({time.monotonic() - t0:.1f}s)")
     for v in verifiers.values():
         v.close()
+    trainer.close()
     report = write_report(cfg.paths.metrics, cfg.paths.root / "report.png", title=cfg.name)
     out = summary(cfg.paths.metrics)
     out.update(

@@ -126,7 +126,7 @@ class GRPOLoop:
         self.save_checkpoint = save_checkpoint
         self.health_check = health_check
         self.progress = progress
-        self.stop = stop or StopFlag()
+        self.stop = stop if stop is not None else StopFlag()
         self.prompt_lookup = prompt_lookup
         self._pending: list[Any] = []
         if state.pending_prompt_ids and prompt_lookup is not None:
@@ -237,6 +237,7 @@ class GRPOLoop:
             "elapsed_s": time.monotonic() - self.t_start,
         }
         rec.update(reward_summary(groups))
+        self._dump_rollouts(c, groups)
         rec.update({f"time/{k}": v for k, v in times.items()})
         rec.update(cstats.failures.as_metrics())
         rec.update(train_m)
@@ -401,6 +402,36 @@ class GRPOLoop:
                 self._outstanding.pop(g.prompt_id, None)
 
     # ---- driver --------------------------------------------------------------------------
+    def _dump_rollouts(self, c: int, groups: Sequence[Group]) -> None:
+        """Write a deterministic ``output.rollout_sample_rate`` share of samples for inspection."""
+        rate = self.cfg.rollout_sample_rate
+        if rate <= 0 or not groups:
+            return
+        import json
+        import random
+
+        rng = random.Random(f"{self.cfg.runtime.seed}:rollouts:{c}")
+        rows = [
+            {
+                "collection": c,
+                "prompt_id": s.prompt_id,
+                "index": s.index,
+                "text": s.text,
+                "reward": s.reward,
+                "advantage": s.advantage,
+                "policy_version": s.policy_version,
+                "finish_reason": s.finish_reason,
+                "response_tokens": len(s.response_ids),
+            }
+            for g in groups
+            for s in g.samples
+            if rng.random() < rate
+        ]
+        if rows:
+            out = self.cfg.paths.rollouts / f"collection-{c:06d}.jsonl"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
     def _emit(self, rec: dict[str, Any]) -> None:
         self.metrics.write(rec)
         if self.progress is not None:

@@ -13,8 +13,8 @@ from runtime.rewards.base import RewardResult, Verifier
 from runtime.rollout.advantages import group_stats, relative_advantages, split_zero_std
 from runtime.rollout.buffer import BufferClosed, GroupBuffer, tis_weights
 from runtime.rollout.collect import (
-    CollectSettings,
     Collector,
+    CollectSettings,
     parse_response,
     reward_summary,
     sample_seed,
@@ -41,7 +41,10 @@ def _resp(token: int, text: str, lp: float = -0.5) -> dict[str, Any]:
     return {
         "text": text,
         "output_ids": [token],
-        "meta_info": {"output_token_logprobs": [[lp, token, None]], "finish_reason": {"type": "stop"}},
+        "meta_info": {
+            "output_token_logprobs": [[lp, token, None]],
+            "finish_reason": {"type": "stop"},
+        },
     }
 
 
@@ -75,7 +78,9 @@ def test_parse_response_and_mismatched_logprobs() -> None:
     with pytest.raises(ValueError, match="return_logprob"):
         parse_response(bad)
     # ids can come from the logprob triples alone
-    ids, *_ = parse_response({"text": "", "meta_info": {"output_token_logprobs": [[-1.0, 5, None]]}})
+    ids, *_ = parse_response(
+        {"text": "", "meta_info": {"output_token_logprobs": [[-1.0, 5, None]]}}
+    )
     assert ids == [5]
 
 
@@ -94,7 +99,9 @@ class ScriptedEngine:
         self.calls: list[tuple[list[int], list[int]]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, input_ids: list[int], sampling: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
+    def __call__(
+        self, input_ids: list[int], sampling: dict[str, Any], seeds: list[int]
+    ) -> list[dict[str, Any]]:
         with self.lock:
             self.calls.append((list(input_ids), list(seeds)))
         texts = self.answers[input_ids[0]]
@@ -103,8 +110,12 @@ class ScriptedEngine:
 
 def _collector(engine: ScriptedEngine, prompts: list[P], **kw: Any) -> tuple[Collector, list[P]]:
     tokens = {p.id: i for i, p in enumerate(prompts)}
-    settings = CollectSettings(samples_per_prompt=4, sampling_params={"max_new_tokens": 1}, run_seed=3, **kw)
-    return Collector(engine, lambda p: [tokens[p.id]], lambda name: Exact(), settings), list(prompts)
+    settings = CollectSettings(
+        samples_per_prompt=4, sampling_params={"max_new_tokens": 1}, run_seed=3, **kw
+    )
+    return Collector(engine, lambda p: [tokens[p.id]], lambda name: Exact(), settings), list(
+        prompts
+    )
 
 
 def test_collect_scores_and_assigns_advantages() -> None:
@@ -169,7 +180,12 @@ def test_buffer_drops_stale_and_retries() -> None:
     assert buf.stats.stale_dropped == 1
 
     retried: list[str] = []
-    buf = GroupBuffer(capacity=4, max_policy_lag=0, handler="retry", on_retry=lambda g: retried.append(g.prompt_id))
+    buf = GroupBuffer(
+        capacity=4,
+        max_policy_lag=0,
+        handler="retry",
+        on_retry=lambda g: retried.append(g.prompt_id),
+    )
     buf.put(_group([0, 1], version=0, pid="old"))
     buf.put(_group([0, 1], version=3, pid="new"))
     assert [g.prompt_id for g in buf.take(1, current_version=3, timeout=1)] == ["new"]

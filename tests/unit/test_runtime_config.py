@@ -1,0 +1,118 @@
+"""runtime.config / runtime.placement: the manifest -> typed runtime view, node roles."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.config import ConfigError, from_manifest
+from runtime.placement import PlacementError, engine_url, node_identity, roles_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def contract_manifest(**over: Any) -> dict[str, Any]:
+    """A manifest in the contract's shape (what the compiler emits), built by hand."""
+    m: dict[str, Any] = {
+        "manifest_version": 1,
+        "name": "t",
+        "digest": "sha256:abc",
+        "config": {
+            "model": {"source": "builtin:tiny", "format": "builtin"},
+            "data": {"tasks": [{"task": "arithmetic", "train_count": 8}], "seed": 3},
+            "output": {"root": "/tmp/rlc-t"},
+            "training": {"num_rollouts": 5, "filter_zero_std_groups": True},
+            "trainer": {"gpus": 0},
+            "inference": {"num_engines": 2, "prompts_per_collection": 4, "samples_per_prompt": 2},
+            "optimizer": {"lr": 0.01},
+            "async": {"enabled": True, "max_policy_lag": 2},
+            "checkpoint": {"interval": 2, "keep_last": 1},
+            "rewards": {"failure_policy": "fail", "math": {"timeout_s": 1.0}},
+            "runtime": {"max_logprob_mismatch": 0.5},
+        },
+        "plan": {
+            "placement": {
+                "nodes": [{"node": 0}, {"node": 1}],
+                "engines": [
+                    {"id": 0, "node": 0, "gpus": [1], "port": 30000},
+                    {"id": 1, "node": 1, "gpus": [0], "port": 30001},
+                ],
+                "router": {"node": 0, "port": 29000},
+                "trainer": {"nodes": [0], "gpus_per_node": 1},
+            }
+        },
+        "paths": {"root": "/tmp/rlc-t", "metrics": "/tmp/rlc-t/m.jsonl"},
+    }
+    m.update(over)
+    return m
+
+
+def test_contract_shape_maps_to_typed_config() -> None:
+    cfg = from_manifest(contract_manifest())
+    assert cfg.inference.global_batch_size == 8
+    assert (
+        cfg.training.filter_zero_std_groups
+        and cfg.async_.enabled
+        and cfg.async_.max_policy_lag == 2
+    )
+    assert cfg.runtime.seed == 3  # defaults to data.seed
+    assert cfg.runtime.max_logprob_mismatch == 0.5
+    assert cfg.failure_policy == "fail" and cfg.rewards == {"math": {"timeout_s": 1.0}}
+    assert cfg.paths.metrics == Path("/tmp/rlc-t/m.jsonl")
+    assert cfg.paths.checkpoints == Path("/tmp/rlc-t/checkpoints")
+    assert cfg.placement.num_nodes == 2 and cfg.placement.router_port == 29000
+    assert [e.port for e in cfg.placement.engines] == [30000, 30001]
+
+
+def test_bad_config_is_refused_clearly() -> None:
+    m = contract_manifest()
+    m["config"]["data"]["tasks"] = []
+    with pytest.raises(ConfigError, match="data.tasks"):
+        from_manifest(m)
+    m = contract_manifest()
+    m["plan"]["placement"]["engines"] = []
+    with pytest.raises(ConfigError, match="no engines"):
+        from_manifest(m)
+    m = contract_manifest()
+    m["config"]["inference"]["samples_per_prompt"] = 0
+    with pytest.raises(ConfigError, match="samples_per_prompt"):
+        from_manifest(m)
+
+
+def test_roles_per_node_and_replica_count() -> None:
+    cfg = from_manifest(contract_manifest())
+    env0 = {
+        "BEAKER_REPLICA_RANK": "0",
+        "BEAKER_REPLICA_COUNT": "2",
+        "BEAKER_LEADER_REPLICA_HOSTNAME": "lead",
+    }
+    env1 = dict(env0, BEAKER_REPLICA_RANK="1")
+    r0 = roles_for(cfg.placement, node_identity(env0))
+    r1 = roles_for(cfg.placement, node_identity(env1))
+    assert r0.trainer and r0.router and [e.id for e in r0.engines] == [0]
+    assert not r1.trainer and not r1.router and [e.id for e in r1.engines] == [1]
+    # engine on another node is reached via the leader host from node 0's point of view
+    assert engine_url(cfg.placement.engines[0], node_identity(env0)) == "http://127.0.0.1:30000"
+    with pytest.raises(PlacementError, match="compiled for 2 node"):
+        roles_for(cfg.placement, node_identity({}))
+    with pytest.raises(PlacementError, match="outside"):
+        node_identity({"BEAKER_REPLICA_RANK": "3", "BEAKER_REPLICA_COUNT": "2"})
+    assert node_identity({}).rank == 0 and node_identity({}).count == 1
+
+
+def test_real_compiled_quickstart_maps() -> None:
+    pipeline = pytest.importorskip("compiler.pipeline")
+    spec = ROOT / "specs" / "examples" / "quickstart.toml"
+    if not spec.exists():
+        pytest.skip("quickstart spec not present")
+    result = pipeline.compile_spec(str(spec), ['output.root="/tmp/rlc-q"'])
+    manifest = result.manifest()
+    cfg = from_manifest(copy.deepcopy(manifest))
+    assert cfg.model.source == "builtin:tiny"
+    assert len(cfg.placement.engines) == 2 and cfg.placement.router_port is not None
+    assert cfg.paths.root == Path("/tmp/rlc-q")
+    roles = roles_for(cfg.placement, node_identity({}))
+    assert roles.trainer and roles.router and len(roles.engines) == 2
