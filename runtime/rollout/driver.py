@@ -91,7 +91,10 @@ def _make_trainer(cfg: RunConfig) -> TrainerAdapter:
 
 
 def _make_generator(
-    cfg: RunConfig, url: str, on_failure: Callable[[], None] = lambda: None
+    cfg: RunConfig,
+    url: str,
+    on_failure: Callable[[], None] = lambda: None,
+    replay_urls: list[str] | None = None,
 ) -> GroupGenerator:
     """Whole-group generation through the engine client (retries, timeouts from the manifest).
 
@@ -101,7 +104,13 @@ def _make_generator(
     aborted group is retried whole, up to ``runtime.group_retries`` times; ``on_failure``
     runs before each retry (the node drops dead engines from the router there, so the
     retry goes to a live one, or raises when none is left).
+
+    With MoE router replay (``replay_urls``: the live engine URLs, a list the node edits
+    when an engine dies) requests ask for ``return_routed_experts`` and go to the engines
+    directly, round-robin: the pinned sglang-router drops ``routed_experts`` from replies.
     """
+    import itertools
+
     from runtime.engines.client import (
         ClientSettings,
         EngineClient,
@@ -109,8 +118,19 @@ def _make_generator(
         EngineRequestError,
     )
 
-    client = EngineClient(url, ClientSettings.from_config(cfg.config.get("runtime") or {}))
+    settings = ClientSettings.from_config(cfg.config.get("runtime") or {})
+    client = EngineClient(url, settings)
+    clients: dict[str, EngineClient] = {url: client}
+    turn = itertools.count()
     retries = client.settings.group_retries
+
+    def pick() -> tuple[str, EngineClient]:
+        if not replay_urls:
+            return url, client
+        target = replay_urls[next(turn) % len(replay_urls)]
+        if target not in clients:
+            clients[target] = EngineClient(target, settings)
+        return target, clients[target]
 
     def generate(
         input_ids: list[int], sampling: dict[str, Any], seeds: list[int]
@@ -121,14 +141,17 @@ def _make_generator(
             "sampling_params": {**sampling, "n": n, "sampling_seed": seeds[0]},
             "return_logprob": True,
         }
+        if replay_urls is not None:
+            payload["return_routed_experts"] = True
         errors: list[str] = []
         for attempt in range(retries + 1):
+            target, engine = pick()
             try:
-                data = client.generate_raw(payload)
+                data = engine.generate_raw(payload)
             except EngineRequestError:
                 raise  # a 4xx: the request itself is wrong, retrying cannot help
             except EngineFailure as exc:
-                errors.append(str(exc))
+                errors.append(f"{target}: {exc}")
             else:
                 data = data if isinstance(data, list) else [data]
                 aborted = [
@@ -275,7 +298,12 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             runner.health_check()
 
     collector = Collector(
-        _make_generator(cfg, runner.gen_url, check_engines),
+        _make_generator(
+            cfg,
+            runner.gen_url,
+            check_engines,
+            replay_urls=runner.engine_urls if cfg.config["trainer"].get("router_replay") else None,
+        ),
         lambda p: render_ids(p, tokenizer),
         verifier_for,
         CollectSettings(
