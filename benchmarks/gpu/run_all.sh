@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
 #
 # Stages: env raw decode trainer publish trl e2e moe (see the case below). Expects the
-# wheels already installed and PYTHONPATH set (see docs/benchmarks-gpu.md).
+# wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 RES=benchmarks/results/gpu
