@@ -293,6 +293,30 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _output_root_conflict(cfg: Any, resume: str) -> str | None:
+    """An output.root holding checkpoints of a different spec is refused before anything
+    starts: a run directory is reused only by the identical compiled spec (whatever the
+    resume mode: a fresh run there would prune the other spec's checkpoints)."""
+    from runtime.checkpoints import latest_complete
+    from runtime.checkpoints.manager import read_meta
+
+    newest = latest_complete(cfg.paths.checkpoints)
+    if newest is None:
+        return None
+    try:
+        digest = read_meta(newest).get("digest")
+    except (OSError, ValueError):
+        return None
+    if digest and digest != cfg.digest:
+        return (
+            f"output.root {cfg.paths.root} holds checkpoints of another spec ({digest}); this "
+            f"manifest is {cfg.digest}. A run directory is reused only by the identical spec: "
+            "set output.root to a fresh directory (e.g. --set 'output.root=\"runs/NEW\"'), "
+            "or rerun the spec that wrote it"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     from runtime.config import ConfigError, from_manifest
@@ -308,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
 
     resume = cfg.checkpoint.resume if args.resume == "manifest" else args.resume
+    problem = _output_root_conflict(cfg, resume)
+    if problem:
+        print(f"rlc: error: {problem}", file=sys.stderr)
+        return EXIT_USER
     progress = not args.no_progress and sys.stderr.isatty()
     runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress)
     prev = _install_signal_handlers(runner)
