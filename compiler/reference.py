@@ -92,48 +92,31 @@ def _constraints(info: FieldInfo) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _submodels(tp: Any) -> list[type[BaseModel]]:
+def _models(tp: Any, container: type | None = None) -> list[type[BaseModel]]:
+    """Models in an annotation: directly (``container=None``), as ``dict`` values, or as
+    ``list`` items; through ``Annotated`` and unions."""
     origin = get_origin(tp)
     if origin is typing.Annotated:
-        return _submodels(get_args(tp)[0])
+        return _models(get_args(tp)[0], container)
     if origin in (typing.Union, types.UnionType):
-        found: list[type[BaseModel]] = []
-        for a in get_args(tp):
-            found.extend(_submodels(a))
-        return found
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [tp]
+        return [m for a in get_args(tp) for m in _models(a, container)]
+    if container is None:
+        return [tp] if isinstance(tp, type) and issubclass(tp, BaseModel) else []
+    if origin is container and get_args(tp):
+        return _models(get_args(tp)[-1])
     return []
+
+
+def _submodels(tp: Any) -> list[type[BaseModel]]:
+    return _models(tp)
 
 
 def _map_value_models(tp: Any) -> list[type[BaseModel]]:
-    origin = get_origin(tp)
-    if origin is typing.Annotated:
-        return _map_value_models(get_args(tp)[0])
-    if origin in (typing.Union, types.UnionType):
-        found: list[type[BaseModel]] = []
-        for a in get_args(tp):
-            found.extend(_map_value_models(a))
-        return found
-    if origin is dict:
-        args = get_args(tp)
-        return _submodels(args[1]) if args else []
-    return []
+    return _models(tp, dict)
 
 
 def _list_models(tp: Any) -> list[type[BaseModel]]:
-    origin = get_origin(tp)
-    if origin is typing.Annotated:
-        return _list_models(get_args(tp)[0])
-    if origin in (typing.Union, types.UnionType):
-        found: list[type[BaseModel]] = []
-        for a in get_args(tp):
-            found.extend(_list_models(a))
-        return found
-    if origin is list:
-        args = get_args(tp)
-        return _submodels(args[0]) if args else []
-    return []
+    return _models(tp, list)
 
 
 _PLACEHOLDERS = {"judges": "NAME", "rubrics": "NAME", "judging.bindings": "VERIFIER"}
