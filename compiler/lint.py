@@ -2,21 +2,50 @@
 
 Per file: readable canonical JSON, supported versions, digest, the manifest JSON Schema,
 and the installed compiler's rules re-run on the recorded config. A manifest compiled
-under other rules is reported stale. Built for throughput: the schema validator and the
-rule set are built once per process.
+under other rules is reported stale. Built for throughput (docs/benchmarks.md, "Lint
+throughput"); what each step costs and why each shortcut is sound:
+
+* Canonical form and decode: `canonical.load_if_canonical` decodes and re-encodes with
+  orjson and compares bytes, respelling the few floats orjson spells differently. A file it
+  declines (not canonical, or a case it cannot judge) takes the exact stdlib path, so a
+  non-canonical file is still reported, with the same message as before.
+* Digest: for a canonical file, the body's canonical bytes *are* the file's bytes without
+  the top-level ``"digest"`` member, so the digest is a sha256 over two slices of the file
+  (`canonical.digest_without`); no re-serialization.
+* JSON Schema: run on every manifest, even one whose digest matches. The digest only
+  proves the body was not changed *after someone computed it*; anyone editing a manifest
+  can recompute it (the algorithm is public, there is no key), so a matching digest says
+  nothing about schema validity - "its digest checks out, so its parts are as compiled"
+  would pass exactly the forged manifests lint exists to catch. What is skipped is only
+  work that cannot change a verdict: `lint_schema` first asks a generated yes/no predicate
+  built to be at least as strict as fastjsonschema, and calls fastjsonschema (which writes
+  the message) only when that predicate does not say "valid".
+* Rules: conditions are compiled once per rule set into closures (`rules.compile`),
+  equivalent to the tree interpreter.
+* The cyclic garbage collector pauses during one file: a decoded manifest is acyclic and
+  freed by reference counting, and the collector's passes over it cost ~15% of a lint.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import gc
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from compiler.canonical import (
+    CanonicalError,
+    canonical_bytes,
+    digest_without,
+    load_if_canonical,
+    loads_strict,
+)
 from compiler.diagnostics import Diagnostic, Span
+from compiler.lint_schema import schema_errors
+from compiler.rules.expr import UNSET
 
 
 @dataclass
@@ -33,63 +62,25 @@ class LintReport:
 
 
 @cache
-def _validator() -> Any:
-    """A compiled validator for schemas/manifest.schema.json.
-
-    fastjsonschema turns the schema into Python code (20x faster than interpreting it);
-    the generated module is cached on disk by the schema's sha256 so later processes
-    import its bytecode instead of regenerating it.
-    """
-    import hashlib
-    import importlib.util
-    import os
-
-    import fastjsonschema
-
-    from compiler.manifest import _cache_dir
-    from compiler.resources import schemas_dir
-
-    raw = (schemas_dir() / "manifest.schema.json").read_bytes()
-    key = hashlib.sha256(raw + fastjsonschema.VERSION.encode()).hexdigest()[:24]
-    module_path = _cache_dir() / "validators" / f"manifest_{key}.py"
-    if not module_path.exists():
-        code = fastjsonschema.compile_to_code(json.loads(raw))
-        try:
-            module_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = module_path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(code, encoding="utf-8")
-            os.replace(tmp, module_path)
-        except OSError:
-            namespace: dict[str, Any] = {}
-            exec(compile(code, "manifest_schema", "exec"), namespace)  # noqa: S102 - generated
-            return _entry(namespace)
-    spec = importlib.util.spec_from_file_location(f"rlc_manifest_schema_{key}", module_path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return _entry(vars(module))
-
-
-def _entry(namespace: dict[str, Any]) -> Any:
-    return namespace["validate_https___rlc_dev_schemas_manifest_schema_json"]
-
-
-def _schema_errors(manifest: dict[str, Any]) -> list[str]:
-    import fastjsonschema
-
-    try:
-        _validator()(manifest)
-    except fastjsonschema.JsonSchemaException as exc:
-        return [str(getattr(exc, "message", exc))]
-    return []
-
-
-@cache
 def _ruleset() -> Any:
     from compiler.resources import rules_dir
     from compiler.rules import load_rules
 
     return load_rules(rules_dir())
+
+
+def _steps(path: str) -> tuple[str, Any]:
+    """A rule path split once: ``facts.*`` keys are flat; other segments are dict keys, or
+    list indexes when they are digits."""
+    head, _, rest = path.partition(".")
+    if head == "facts":
+        return head, (rest,)
+    parts = rest.split(".") if head == "plan" else path.split(".")
+    return head, tuple((p, int(p) if p.isdigit() else None) for p in parts)
+
+
+_STEPS: dict[str, tuple[str, Any]] = {}
+_EXPLICIT = frozenset({"spec", "override", "recipe"})
 
 
 class ManifestView:
@@ -99,35 +90,48 @@ class ManifestView:
         self.config = manifest.get("config", {})
         self.plan = manifest.get("plan", {})
         self.facts = manifest.get("facts", {})
-        prov: dict[str, Any] = manifest.get("provenance", {})
-        self.explicit = {
-            p for p, v in prov.items() if v.get("kind") in ("spec", "override", "recipe")
-        }
-        # a table is set when any field below it is
-        self.explicit_tables = {
-            ".".join(p.split(".")[:i]) for p in self.explicit for i in range(1, p.count(".") + 1)
-        }
-        self._provenance = prov
+        self._provenance: dict[str, Any] = manifest.get("provenance", {})
+        self._keys: list[str] | None = None
 
     def get(self, path: str) -> Any:
-        from compiler.rules import UNSET
-
-        head, _, rest = path.partition(".")
+        try:
+            head, steps = _STEPS[path]
+        except KeyError:
+            head, steps = _STEPS.setdefault(path, _steps(path))
         if head == "facts":
-            return self.facts.get(rest, UNSET)
+            return self.facts.get(steps[0], UNSET)
         node: Any = self.plan if head == "plan" else self.config
-        parts = rest.split(".") if head == "plan" else path.split(".")
-        for part in parts:
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
+        for key, index in steps:
+            if isinstance(node, dict):
+                if key not in node:
+                    return UNSET
+                node = node[key]
+            elif isinstance(node, list) and index is not None and index < len(node):
+                node = node[index]
             else:
                 return UNSET
         return node
 
     def is_set(self, path: str) -> bool:
-        return path in self.explicit or path in self.explicit_tables
+        """Given by the user (spec, override, recipe); a table is set when any field below
+        it is. Answered per path (rules ask about a dozen) rather than for all ~200
+        provenance entries up front."""
+        if self._explicit(path):
+            return True
+        if self._keys is None:
+            self._keys = sorted(self._provenance)
+        prefix = path + "."
+        keys = self._keys
+        i = bisect_left(keys, prefix)
+        while i < len(keys) and keys[i].startswith(prefix):
+            if self._explicit(keys[i]):
+                return True
+            i += 1
+        return False
+
+    def _explicit(self, path: str) -> bool:
+        entry = self._provenance.get(path)
+        return isinstance(entry, dict) and entry.get("kind") in _EXPLICIT
 
     def span(self, path: str) -> Span | None:
         """Spans are rebuilt only for the fields a finding points at."""
@@ -150,7 +154,19 @@ def _err(path: str, code: str, message: str, *help_: str) -> Diagnostic:
 
 
 def lint_manifest(path: str | Path, data: bytes | None = None) -> LintReport:
-    from compiler.canonical import CanonicalError, canonical_bytes, loads_strict
+    """Lint one manifest file (``data``: its bytes, when the caller has read them)."""
+    # A decoded manifest is thousands of acyclic containers, freed by reference counting;
+    # the cyclic collector only re-scans them (~15% of a lint), so it pauses meanwhile.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _lint(path, data)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _lint(path: str | Path, data: bytes | None) -> LintReport:
     from compiler.manifest import verify_manifest
     from compiler.rules import evaluate
 
@@ -158,27 +174,26 @@ def lint_manifest(path: str | Path, data: bytes | None = None) -> LintReport:
     report = LintReport(shown)
     try:
         raw = Path(path).read_bytes() if data is None else data
-        manifest = loads_strict(raw.decode("utf-8"))
     except OSError as exc:
         report.findings.append(_err(shown, "manifest-io", f"cannot read: {exc.strerror or exc}"))
         return report
-    except CanonicalError as exc:
-        report.findings.append(_err(shown, "manifest-not-canonical", str(exc)))
-        return report
-    except (UnicodeDecodeError, ValueError) as exc:
-        report.findings.append(_err(shown, "manifest-invalid", f"not valid JSON: {exc}"))
-        return report
-    # One serialization serves both checks: the file must be canonical, and then the body's
-    # canonical bytes are the file's bytes without the top-level "digest" member.
-    whole = canonical_bytes(manifest, check=False) if isinstance(manifest, dict) else b""
-    is_canonical = raw.rstrip(b"\n") == whole.rstrip(b"\n")
+    fast = load_if_canonical(raw)
+    if fast is not None:
+        manifest, compact = fast
+        is_canonical = True
+    else:
+        try:
+            manifest, compact, is_canonical = _load_exact(raw)
+        except CanonicalError as exc:
+            report.findings.append(_err(shown, "manifest-not-canonical", str(exc)))
+            return report
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            report.findings.append(_err(shown, "manifest-invalid", f"not valid JSON: {exc}"))
+            return report
     actual = None
     claimed = manifest.get("digest") if isinstance(manifest, dict) else None
     if is_canonical and isinstance(claimed, str):
-        member = b'"digest":' + json.dumps(claimed).encode() + b","
-        if whole.count(member) >= 1 and not whole.startswith(b"{" + member):
-            body = whole.replace(b"," + member, b",", 1)
-            actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        actual = digest_without(compact, "digest", claimed)
     problems = verify_manifest(manifest, shown, trusted=True, actual_digest=actual)
     report.findings.extend(problems)
     if not isinstance(manifest, dict):
@@ -192,7 +207,7 @@ def lint_manifest(path: str | Path, data: bytes | None = None) -> LintReport:
                 "manifests are written by `rlc compile`; do not reformat them",
             )
         )
-    errors = _schema_errors(manifest)
+    errors = schema_errors(manifest)
     for message in errors:
         report.findings.append(
             _err(
@@ -231,6 +246,18 @@ def lint_manifest(path: str | Path, data: bytes | None = None) -> LintReport:
                 )
             )
     return report
+
+
+def _load_exact(raw: bytes) -> tuple[Any, bytes, bool]:
+    """The stdlib path: decode, re-serialize, compare (for files the fast path declines)."""
+    manifest = loads_strict(raw.decode("utf-8"))
+    if not isinstance(manifest, dict):
+        return manifest, b"", False
+    try:
+        whole = canonical_bytes(manifest, check=False).rstrip(b"\n")
+    except CanonicalError:  # e.g. a lone surrogate: no UTF-8 bytes encode it
+        return manifest, b"", False
+    return manifest, whole, raw.rstrip(b"\n") == whole
 
 
 def expand(paths: Iterable[str]) -> list[Path]:

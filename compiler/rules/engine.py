@@ -68,23 +68,22 @@ class MappingView:
         return self.spans.get(path)
 
 
-class _Memo:
-    """Caches `get`/`is_set` per path for one evaluation (rules share many fields)."""
+class _Memo(dict[str, Any]):
+    """Field values by path for one evaluation, each fetched from the view once (rules share
+    many fields); `memo[path]` is a plain dict lookup after the first fetch."""
 
     def __init__(self, view: ConfigView):
+        super().__init__()
         self.view = view
-        self._values: dict[str, Any] = {}
+        self.is_set = view.is_set
 
-    def get(self, path: str) -> Any:
-        try:
-            return self._values[path]
-        except KeyError:
-            value = self.view.get(path)
-            self._values[path] = value
-            return value
+    def __missing__(self, path: str) -> Any:
+        value = self.view.get(path)
+        self[path] = value
+        return value
 
-    def is_set(self, path: str) -> bool:
-        return bool(self.view.is_set(path))
+    def get(self, path: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[path]
 
 
 @dataclass(frozen=True)
@@ -150,8 +149,12 @@ def _location_fields(rule: Rule) -> tuple[str, ...]:
 
 def evaluate_rule(rule: Rule, view: ConfigView) -> Finding | None:
     ctx = view if isinstance(view, _Memo) else _Memo(view)
-    if not ex.truthy(rule.when.eval(ctx)):
+    if not rule.check(ctx):
         return None
+    return _finding(rule, ctx)
+
+
+def _finding(rule: Rule, ctx: _Memo) -> Finding:
     fields = tuple(dict.fromkeys(_location_fields(rule)))
     return Finding(
         rule=rule,
@@ -166,9 +169,8 @@ def evaluate(ruleset: RuleSet | Iterable[Rule], view: ConfigView) -> list[Findin
     ctx = _Memo(view)
     out: list[Finding] = []
     for rule in ruleset:
-        finding = evaluate_rule(rule, ctx)  # type: ignore[arg-type]
-        if finding is not None:
-            out.append(finding)
+        if rule.check(ctx):
+            out.append(_finding(rule, ctx))
     return out
 
 

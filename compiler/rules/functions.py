@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -58,7 +59,9 @@ def _any_startswith(items: Any, prefix: Any) -> bool:
     return any(isinstance(s, str) and s.startswith(prefix) for s in items)
 
 
+@lru_cache(maxsize=4096)
 def _is_under(path: str, root: str) -> bool:
+    """Cached: `rlc lint` asks about the same few paths for every manifest."""
     p, r = PurePosixPath(path), PurePosixPath(root)
     return p == r or r in p.parents
 

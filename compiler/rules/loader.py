@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +69,13 @@ class Rule:
     @property
     def source(self) -> str:
         return self.span.source
+
+    @cached_property
+    def check(self) -> Callable[[Any], bool]:
+        """`when` compiled to closures (built on first use): true when the rule fires."""
+        from compiler.rules.compile import compile_condition
+
+        return compile_condition(self.when)
 
 
 @dataclass(frozen=True)
