@@ -45,7 +45,9 @@ class Layer:
 
 @dataclass
 class Bound:
-    spec: Any  # compiler.spec.Spec | None
+    # the validated spec as JSON data (``Spec.model_dump(by_alias=True, mode="json")``);
+    # None when binding failed
+    spec: dict[str, Any] | None
     layers: list[Layer]
     merged: dict[str, Any]
     diagnostics: list[Diagnostic]
@@ -80,6 +82,17 @@ def dotted(path: DocPath) -> str:
 
 @cache
 def aliases() -> dict[str, str]:
+    """alias dotted path -> canonical dotted path (the generated table when it is fresh)."""
+    from compiler.fastpath import spec_module
+
+    fast = spec_module()
+    if fast is not None:
+        table: dict[str, str] = fast.ALIASES
+        return table
+    return aliases_from_models()
+
+
+def aliases_from_models() -> dict[str, str]:
     """alias dotted path -> canonical dotted path, from the models' ``aliases`` extras."""
     from compiler.spec import SECTIONS
 
@@ -369,7 +382,7 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
 
 def _env_checks(bound: Bound) -> list[Diagnostic]:
     """Per-name checks of launch.env / launch.secrets (credentials, reserved names)."""
-    from compiler.spec.launch import CREDENTIAL_SUFFIXES, RESERVED_ENV
+    from compiler.spec.constants import CREDENTIAL_SUFFIXES, RESERVED_ENV
 
     out: list[Diagnostic] = []
     launch = bound.merged.get("launch")
@@ -417,12 +430,33 @@ def _position(d: Diagnostic) -> tuple[str, int, int]:
     return (d.span.source, d.span.line, d.span.col)
 
 
-def bind(layers: list[Layer]) -> Bound:
-    """Normalize, merge and validate ``layers`` (lowest first). Never raises on user errors."""
+def validate(merged: dict[str, Any], bound: Bound) -> list[Diagnostic]:
+    """Set ``bound.spec`` to the validated spec as JSON data, or return the errors.
+
+    The generated fast validator answers for well-formed specs without importing pydantic;
+    anything it does not accept goes to the pydantic models, which decide and word the
+    errors. Both give ``Spec.model_validate(merged).model_dump(by_alias=True, mode="json")``.
+    """
+    from compiler.fastpath import spec_module
+
+    fast = spec_module()
+    data = fast.dump(merged) if fast is not None else None
+    if data is not None:
+        bound.spec = data
+        return []
     from pydantic import ValidationError
 
     from compiler.spec import Spec
 
+    try:
+        bound.spec = Spec.model_validate(merged).model_dump(by_alias=True, mode="json")
+    except ValidationError as exc:
+        return map_errors(bound, exc)
+    return []
+
+
+def bind(layers: list[Layer]) -> Bound:
+    """Normalize, merge and validate ``layers`` (lowest first). Never raises on user errors."""
     diags: list[Diagnostic] = []
     for layer in layers:
         _normalize(layer, diags)
@@ -433,10 +467,7 @@ def bind(layers: list[Layer]) -> Bound:
             data = {k: v for k, v in data.items() if k != "recipe"}
         merged = merge(merged, data)
     bound = Bound(None, layers, merged, diags)
-    try:
-        bound.spec = Spec.model_validate(merged)
-    except ValidationError as exc:
-        diags.extend(map_errors(bound, exc))
+    diags.extend(validate(merged, bound))
     diags.extend(_env_checks(bound))
     diags.sort(key=_position)
     if diags and any(d.is_error for d in diags):

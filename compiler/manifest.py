@@ -33,9 +33,16 @@ def _cache_dir() -> Path:
 def schema_digest() -> str:
     """sha256 of the canonical JSON Schema of the spec models.
 
-    Building the JSON Schema costs tens of milliseconds, so the digest is cached on disk,
-    keyed by the bytes of the spec modules and the pydantic version.
+    Building the JSON Schema costs tens of milliseconds, so the digest is recorded in the
+    generated fast validator (used while it matches the spec modules and pydantic), else
+    cached on disk, keyed by the bytes of the spec modules and the pydantic version.
     """
+    from compiler.fastpath import spec_module
+
+    fast = spec_module()
+    if fast is not None:
+        recorded: str = fast.SCHEMA_DIGEST
+        return recorded
     import pydantic
 
     spec_dir = Path(__file__).resolve().parent / "spec"

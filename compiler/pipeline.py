@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ class CompileResult:
     resolved: Any = None  # compiler.resolve.Resolved
     ruleset: Any = None  # compiler.rules.RuleSet
     lock: dict[str, Any] = field(default_factory=dict)
+    # seconds per pipeline stage of this compile (benchmarks/compile_bench.py prints them)
+    timings: dict[str, float] = field(default_factory=dict)
     _manifest: dict[str, Any] | None = None
 
     @property
@@ -179,6 +182,14 @@ def compile_spec(
 
 
 def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any] | None) -> None:
+    t0 = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal t0
+        now = time.perf_counter()
+        result.timings[name] = now - t0
+        t0 = now
+
     from compiler.bind import Layer, bind
 
     data = _read(path, shown)
@@ -213,7 +224,9 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
             result.recipe_sha256 = hashlib.sha256(rdata).hexdigest()
             layers.append(layer)
     layers.append(Layer("spec", doc))
+    stage("parse")
     bound = bind(layers)
+    stage("bind")
     result.bound = bound
     result.diagnostics.extend(bound.diagnostics)
     if bound.spec is None or result.errors:
@@ -227,20 +240,23 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
 
     resolved = resolve(bound, shown, lock)
     result.resolved = resolved
+    stage("resolve")
     result.diagnostics.extend(_native_checks(resolved, bound))
+    stage("native")
     result.diagnostics.extend(check(resolved, result))
+    stage("rules")
 
 
 def _native_checks(resolved: Any, bound: Any) -> list[Diagnostic]:
-    try:
-        from compiler.native import check_native
-    except ImportError:
-        return []
     out: list[Diagnostic] = []
     for tool in ("sglang", "olmo_core"):
         options = resolved.config["native"][tool]
         if not options:
             continue
+        try:  # only specs with native options pay for the option tables
+            from compiler.native import check_native
+        except ImportError:
+            return []
         spans: dict[str, Span | None] = {}
         for key in options:
             found = bound.writer(("native", tool, key))

@@ -14,11 +14,13 @@ absolute paths. ``~`` is not expanded.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import posixpath
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from compiler.bind import Bound, dotted
@@ -50,12 +52,14 @@ class Resolved:
 def field_paths(config: dict[str, Any]) -> list[str]:
     """Leaf field paths of a resolved config: section.field, nested tables recursed,
     arrays and free-form maps (env, native options) kept whole."""
-    from compiler.spec import SECTIONS
+    from compiler.fastpath import spec_module
 
+    fast = spec_module()
+    trees: dict[str, Any] = fast.FIELD_TREE if fast is not None else model_field_trees()
     out: list[str] = []
     for key, value in config.items():
-        if key in SECTIONS and isinstance(value, dict):
-            _walk_model(SECTIONS[key], value, key, out)
+        if key in trees and isinstance(value, dict):
+            _walk_tree(trees[key], value, key, out)
         elif key in ("judges", "rubrics") and isinstance(value, dict):
             for name, body in value.items():
                 for f in body:
@@ -69,18 +73,29 @@ def field_paths(config: dict[str, Any]) -> list[str]:
     return out
 
 
-def _walk_model(model: Any, value: dict[str, Any], prefix: str, out: list[str]) -> None:
+@cache
+def model_field_trees() -> dict[str, Any]:
+    """Per section, (key, nested tree or None) for each field, from the pydantic models
+    (the generated ``FIELD_TREE`` is the same table)."""
     from pydantic import BaseModel
 
-    for name, info in model.model_fields.items():
-        key = info.alias or name
-        ann = info.annotation
-        if (
-            isinstance(ann, type)
-            and issubclass(ann, BaseModel)
-            and isinstance(value.get(key), dict)
-        ):
-            _walk_model(ann, value[key], f"{prefix}.{key}", out)
+    from compiler.spec import SECTIONS
+
+    def tree(model: Any) -> tuple[tuple[str, Any], ...]:
+        out = []
+        for name, info in model.model_fields.items():
+            ann = info.annotation
+            sub = tree(ann) if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            out.append((info.alias or name, sub))
+        return tuple(out)
+
+    return {section: tree(model) for section, model in SECTIONS.items()}
+
+
+def _walk_tree(tree: Any, value: dict[str, Any], prefix: str, out: list[str]) -> None:
+    for key, sub in tree:
+        if sub is not None and isinstance(value.get(key), dict):
+            _walk_tree(sub, value[key], f"{prefix}.{key}", out)
         else:
             out.append(f"{prefix}.{key}")
 
@@ -93,7 +108,7 @@ def _builtin_base(source: str) -> str | None:
 
 
 def _builtin_bad_overrides(source: str) -> list[str]:
-    from compiler.spec.model import BUILTIN_OVERRIDE_KEYS
+    from compiler.spec.constants import BUILTIN_OVERRIDE_KEYS
 
     if not source.startswith("builtin:"):
         return []
@@ -129,7 +144,9 @@ class _Resolver:
         self.bound = bound
         self.spec_dir = posixpath.dirname(spec_path.replace(os.sep, "/"))
         self.lock = lock
-        self.config: dict[str, Any] = bound.spec.model_dump(by_alias=True, mode="json")
+        if bound.spec is None:
+            raise ValueError("resolve needs a bound spec without errors")
+        self.config: dict[str, Any] = copy.deepcopy(bound.spec)
         self.prov: dict[str, Provenance] = {}
         self.explicit: set[str] = set()
         self.spans: dict[str, Span] = {}
@@ -214,8 +231,7 @@ class _Resolver:
             ev["path"] = _join(self.spec_dir, ev["path"])
 
     def run(self) -> Resolved:
-        from compiler.spec.compiler_cache import DEFAULT_SHARED_ROOT
-        from compiler.spec.model import BUILTIN_MODELS
+        from compiler.spec.constants import BUILTIN_MODELS, DEFAULT_SHARED_ROOT
 
         self.record_sources()
         self.paths()

@@ -34,11 +34,12 @@ from compiler.commands._common import EXIT_USER, format_option, guarded
 @guarded
 def command(spec: str, overrides: tuple[str, ...], out_dir: str, no_cache: bool, fmt: str) -> None:
     """Compile a spec into a checked, content-hashed manifest."""
-    from compiler import compile_cache
-
     cache_key = None
-    if not no_cache and compile_cache.enabled():
-        cache_key = compile_cache.key(spec, overrides, f"{out_dir}\0{fmt}")
+    if not no_cache:
+        from compiler import compile_cache
+
+        if compile_cache.enabled():
+            cache_key = compile_cache.key(spec, overrides, f"{out_dir}\0{fmt}")
         hit = compile_cache.replay(cache_key) if cache_key else None
         if hit is not None:
             if hit["stderr"]:

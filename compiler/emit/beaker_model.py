@@ -13,44 +13,19 @@ coordinate). Field reference: ``shared/reference/anchors.md`` section A, beaker-
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, did_you_mean
+from compiler.emit import beaker_checks as checks
+from compiler.emit.beaker_checks import DURATION_PATTERN, SIZE_PATTERN, duration_seconds
+
+__all__ = ["DURATION_PATTERN", "SIZE_PATTERN", "duration_seconds"]  # and the models below
 
 SCHEMA_ID = "https://rlc.dev/schemas/beaker-v2.schema.json"
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)")
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-}
-DURATION_PATTERN = r"^((\d+(\.\d+)?)(ns|us|µs|ms|s|m|h|d))+$"
-SIZE_PATTERN = r"^\d+(\.\d+)?\s*([KMGTP]i?B?|[kmgtp]i?b?|B|b)?$"
-
-
-def duration_seconds(value: str | int) -> float:
-    """Seconds in a Beaker duration: a string such as ``"90m"`` / ``"1h30m"``, or int nanoseconds."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a string such as '30m' or integer nanoseconds")
-    if isinstance(value, int):
-        return value / 1e9
-    text = value.strip()
-    if not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{value!r} is not a duration such as '30m', '6h' or '1h30m'")
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
-
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN)] | Annotated[int, Field(ge=0)]
 """A Beaker duration: ``"30m"``, ``"1h30m"``... or integer **nanoseconds** (beaker-py's wire form)."""
@@ -66,24 +41,13 @@ class _Model(BaseModel):
     )
 
 
-def _exactly_one(model: BaseModel, names: list[str], what: str) -> None:
-    given = [n for n in names if getattr(model, n) is not None]
-    if len(given) != 1:
-        spelled = ", ".join(to_camel(n) for n in names)
-        found = ", ".join(to_camel(n) for n in given) or "none"
-        raise ValueError(f"{what} needs exactly one of {spelled} (found: {found})")
-
-
 class ImageSource(_Model):
     """The task's container image: a Beaker image (name or immutable ID) or a Docker tag."""
 
     beaker: str | None = Field(None, description="Beaker image name or ID.")
     docker: str | None = Field(None, description="Docker image tag.")
 
-    @model_validator(mode="after")
-    def _one(self) -> ImageSource:
-        _exactly_one(self, ["beaker", "docker"], "image")
-        return self
+    _one = model_validator(mode="after")(checks.image_one)
 
 
 class EnvVar(_Model):
@@ -93,10 +57,7 @@ class EnvVar(_Model):
     value: str | None = None
     secret: str | None = Field(None, description="Name of a secret in the workspace.")
 
-    @model_validator(mode="after")
-    def _one(self) -> EnvVar:
-        _exactly_one(self, ["value", "secret"], f"env var {self.name!r}")
-        return self
+    _one = model_validator(mode="after")(checks.env_var_one)
 
 
 class DataSource(_Model):
@@ -109,12 +70,7 @@ class DataSource(_Model):
     secret: str | None = Field(None, description="A workspace secret, mounted as a file.")
     volume: str | None = Field(None, description="A Beaker volume.")
 
-    @model_validator(mode="after")
-    def _one(self) -> DataSource:
-        _exactly_one(
-            self, ["beaker", "host_path", "weka", "result", "secret", "volume"], "dataset source"
-        )
-        return self
+    _one = model_validator(mode="after")(checks.data_source_one)
 
 
 class DataMount(_Model):
@@ -123,23 +79,13 @@ class DataMount(_Model):
     sub_path: str | None = Field(None, description="Mount only this path within the source.")
     mode: Literal["readonly", "readwrite"] | None = None
 
-    @field_validator("mount_path")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"mountPath {v!r} must be an absolute path")
-        return v
+    _absolute = field_validator("mount_path")(checks.mount_path_absolute)
 
 
 class ResultSpec(_Model):
     path: str = Field(description="Directory whose contents become the result dataset.")
 
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"result path {v!r} must be an absolute path")
-        return v
+    _absolute = field_validator("path")(checks.result_path_absolute)
 
 
 class TaskResources(_Model):
@@ -162,34 +108,15 @@ class TaskContext(_Model):
     auto_resume: bool | None = Field(None, description="Resume the job after preemption.")
     cluster: str | None = Field(None, description="Deprecated: use constraints.cluster.")
 
-    @field_validator("min_runtime")
-    @classmethod
-    def _duration(cls, v: Duration | None) -> Duration | None:
-        if v is not None:
-            duration_seconds(v)
-        return v
-
-    @model_validator(mode="after")
-    def _not_both(self) -> TaskContext:
-        if self.preemptible is not None and (
-            self.min_runtime is not None or self.auto_resume is not None
-        ):
-            raise ValueError(
-                "context.preemptible cannot be combined with minRuntime/autoResume "
-                "(Beaker rejects the combination)"
-            )
-        return self
+    _duration = field_validator("min_runtime")(checks.duration_valid)
+    _not_both = model_validator(mode="after")(checks.context_not_both)
 
 
 class Constraints(_Model):
     cluster: list[str] | None = None
     hostname: list[str] | None = None
 
-    @model_validator(mode="after")
-    def _exclusive(self) -> Constraints:
-        if self.cluster and self.hostname:
-            raise ValueError("cluster and hostname constraints are mutually exclusive in Beaker")
-        return self
+    _exclusive = model_validator(mode="after")(checks.constraints_exclusive)
 
 
 class TaskSpec(_Model):
@@ -211,32 +138,8 @@ class TaskSpec(_Model):
     synchronized_start_timeout: Duration | None = None
     timeout: Duration | None = None
 
-    @field_validator("timeout", "synchronized_start_timeout")
-    @classmethod
-    def _duration(cls, v: Duration | None) -> Duration | None:
-        if v is not None and duration_seconds(v) <= 0:
-            raise ValueError("durations must be positive")
-        return v
-
-    @model_validator(mode="after")
-    def _checks(self) -> TaskSpec:
-        sst = self.synchronized_start_timeout
-        if sst is not None and duration_seconds(sst) > 48 * 3600:
-            raise ValueError("synchronizedStartTimeout must be at most 48h")
-        names = [e.name for e in self.env_vars or []]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"env var(s) given more than once: {', '.join(dup)}")
-        paths = [PurePosixPath(m.mount_path.lower()) for m in self.datasets or []]
-        for i, a in enumerate(paths):
-            for b in paths[i + 1 :]:
-                if a == b or a in b.parents or b in a.parents:
-                    raise ValueError(f"dataset mount paths {str(a)!r} and {str(b)!r} overlap")
-        if self.replicas is not None and self.replicas > 1 and not self.leader_selection:
-            raise ValueError(
-                "a task with replicas > 1 needs leaderSelection: true (replicas must find rank 0)"
-            )
-        return self
+    _duration = field_validator("timeout", "synchronized_start_timeout")(checks.duration_positive)
+    _checks = model_validator(mode="after")(checks.task_checks)
 
 
 class RetrySpec(_Model):
@@ -253,20 +156,7 @@ class ExperimentSpec(_Model):
     tasks: list[TaskSpec] = Field(min_length=1)
     retry: RetrySpec | None = None
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> ExperimentSpec:
-        names = [t.name for t in self.tasks]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"task names must be unique: {', '.join(dup)}")
-        known = set(names)
-        for t in self.tasks:
-            for m in t.datasets or []:
-                if m.source.result is not None and m.source.result not in known:
-                    raise ValueError(
-                        f"task {t.name!r} mounts the result of unknown task {m.source.result!r}"
-                    )
-        return self
+    _unique_names = model_validator(mode="after")(checks.experiment_unique_names)
 
     def to_json(self) -> dict[str, Any]:
         """The camelCase JSON form, without unset fields (what Beaker takes)."""

@@ -25,126 +25,18 @@ runtime/config.py):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, Field
-
-from compiler.spec._base import Section, fld
-from compiler.spec.async_ import AsyncSection
-from compiler.spec.checkpoint import CheckpointSection
-from compiler.spec.compiler_cache import CompilerCacheSection
-from compiler.spec.data import DataSection
-from compiler.spec.evaluation import EvaluationSection
-from compiler.spec.inference import InferenceSection
-from compiler.spec.judges import Judge, JudgeName, JudgingSection, Rubric
-from compiler.spec.launch import LaunchSection
-from compiler.spec.model import ModelSection
-from compiler.spec.native import NativeSection
-from compiler.spec.optimizer import OptimizerSection
-from compiler.spec.output import OutputSection
-from compiler.spec.rewards import RewardsSection
-from compiler.spec.runtime import RuntimeSection
-from compiler.spec.tracking import TrackingSection
-from compiler.spec.trainer import TrainerSection
-from compiler.spec.training import TrainingSection
-
-SCHEMA_VERSION = 1
-
-
-class Spec(Section):
-    """A whole run spec."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        allow_inf_nan=False,
-        frozen=True,
-        defer_build=True,
-        populate_by_name=True,
+if TYPE_CHECKING:
+    from compiler.spec.root import (
+        MAP_SECTIONS,
+        SCHEMA_VERSION,
+        SECTIONS,
+        TOP_LEVEL,
+        Judge,
+        Section,
+        Spec,
     )
-
-    schema_version: Literal[1] = fld(description="spec schema version; must be 1")
-    name: str = fld(
-        description="run name (Beaker task name, W&B run name, build/<name>/)",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-        max_length=100,
-    )
-    recipe: str | None = fld(
-        None,
-        description="named recipe from the catalog (`rlc recipes`); this spec's values layer over it",
-        pattern=r"^[a-z0-9][a-z0-9_-]*$",
-    )
-    description: str | None = fld(None, description="one-line description (shown by `rlc recipes`)")
-    model: ModelSection = fld(description="policy checkpoint")
-    data: DataSection = fld(description="prompts and verifiers")
-    output: OutputSection = fld(description="run directory")
-    launch: LaunchSection = Field(
-        default={}, validate_default=True, description="Beaker submission"
-    )
-    training: TrainingSection = Field(default={}, validate_default=True, description="outer loop")
-    trainer: TrainerSection = Field(
-        default={}, validate_default=True, description="OLMo-core trainer"
-    )
-    inference: InferenceSection = Field(
-        default={}, validate_default=True, description="rollout engines"
-    )
-    optimizer: OptimizerSection = Field(
-        default={}, validate_default=True, description="optimizer and loss"
-    )
-    async_: AsyncSection = Field(
-        default={}, validate_default=True, alias="async", description="async rollouts"
-    )
-    checkpoint: CheckpointSection = Field(
-        default={}, validate_default=True, description="checkpoints"
-    )
-    rewards: RewardsSection = Field(default={}, validate_default=True, description="verifiers")
-    judges: dict[JudgeName, Judge] = Field(default={}, description="LLM judge services")
-    rubrics: dict[str, Rubric] = Field(default={}, description="judge rubric profiles")
-    judging: JudgingSection = Field(
-        default={}, validate_default=True, description="verifier bindings"
-    )
-    evaluation: EvaluationSection = Field(
-        default={}, validate_default=True, description="evaluation"
-    )
-    tracking: TrackingSection = Field(
-        default={}, validate_default=True, description="metrics and W&B"
-    )
-    compiler_cache: CompilerCacheSection = Field(
-        default={}, validate_default=True, description="Triton caches"
-    )
-    runtime: RuntimeSection = Field(
-        default={}, validate_default=True, description="runtime connections"
-    )
-    native: NativeSection = Field(
-        default={}, validate_default=True, description="native pass-through"
-    )
-
-
-# Sections whose fields are fixed (model classes); judges/rubrics/judging.bindings are maps.
-SECTIONS: dict[str, type[Section]] = {
-    "model": ModelSection,
-    "data": DataSection,
-    "output": OutputSection,
-    "launch": LaunchSection,
-    "training": TrainingSection,
-    "trainer": TrainerSection,
-    "inference": InferenceSection,
-    "optimizer": OptimizerSection,
-    "async": AsyncSection,
-    "checkpoint": CheckpointSection,
-    "rewards": RewardsSection,
-    "evaluation": EvaluationSection,
-    "tracking": TrackingSection,
-    "compiler_cache": CompilerCacheSection,
-    "runtime": RuntimeSection,
-    "native": NativeSection,
-}
-MAP_SECTIONS: dict[str, type[Section]] = {
-    "judges": Section,  # discriminated union, see judges.Judge
-    "rubrics": Rubric,
-    "judging": JudgingSection,
-}
-TOP_LEVEL = ("schema_version", "name", "recipe", "description")
 
 __all__ = [
     "MAP_SECTIONS",
@@ -155,3 +47,13 @@ __all__ = [
     "Section",
     "Spec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the pydantic models on first use: a compile that the generated fast validator
+    (``compiler/spec/_fast.py``) accepts never imports pydantic."""
+    if name in __all__:
+        from compiler.spec import root
+
+        return getattr(root, name)
+    raise AttributeError(f"module 'compiler.spec' has no attribute {name!r}")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from compiler.spec._base import Section, fld
+from compiler.spec.constants import DEFAULT_SHARED_ROOT
 
-DEFAULT_SHARED_ROOT = "/weka/oe-training-default/rlc-compiler-cache/tmp-7d"
+__all__ = ["DEFAULT_SHARED_ROOT", "CompilerCacheSection"]
 
 
 class CompilerCacheSection(Section):

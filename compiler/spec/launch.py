@@ -7,44 +7,21 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from compiler.spec._base import Section, fld
+from compiler.spec.constants import CREDENTIAL_SUFFIXES, RESERVED_ENV
+
+__all__ = [
+    "CREDENTIAL_SUFFIXES",
+    "RESERVED_ENV",
+    "Coordination",
+    "LaunchSection",
+    "WekaMount",
+]
 
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 SecretName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 Duration = Annotated[
     str, StringConstraints(pattern=r"^(0|[0-9]+(\.[0-9]+)?(s|m|h|d)([0-9]+(s|m|h))*)$")
 ]
-
-# Names the launcher and runtime own; a spec may not set them.
-RESERVED_ENV = frozenset(
-    {
-        "RLC_REPLICA_RANK",
-        "RLC_REPLICA_COUNT",
-        "RLC_LAUNCH_ID",
-        "RLC_MANIFEST",
-        "BEAKER_REPLICA_RANK",
-        "BEAKER_REPLICA_COUNT",
-        "PYTHONPATH",
-        "CUDA_VISIBLE_DEVICES",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-)
-# Suffixes that mark a credential; such variables belong in launch.secrets.
-CREDENTIAL_SUFFIXES = (
-    "_TOKEN",
-    "_API_KEY",
-    "_APIKEY",
-    "_SECRET",
-    "_SECRET_KEY",
-    "_PASSWORD",
-    "_PRIVATE_KEY",
-    "_ACCESS_KEY",
-    "_CREDENTIALS",
-)
 
 
 class WekaMount(Section):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from compiler.spec._base import Section, fld
 
 
@@ -14,6 +16,11 @@ class RuntimeSection(Section):
     startup_timeout_s: int = fld(300, description="seconds for engines and router to come up", ge=1)
     publish_timeout_s: float = fld(
         120.0, description="seconds for one weight publication to reach every engine", gt=0.0
+    )
+    publication_transport: Literal["disk", "tensor"] = fld(
+        "disk",
+        description="how new weights reach the engines: a safetensors snapshot, or tensor "
+        "handles (CUDA IPC / shared memory) to engines on the trainer's node",
     )
     weight_audit: bool = fld(
         True, description="compare engine and trainer weight checksums at start"
