@@ -2,8 +2,10 @@
 
 The OLMo-core model is converted to its HF twin with OLMo-core's own converter
 (``get_hf_config`` + ``convert_state_to_hf``), so both sides decode identical weights
-greedily for a fixed number of tokens (EOS ignored). The engine is timed through its
-scheduler (continuous batching, KV cache), in-process without HTTP.
+greedily (``--temperature 0``, the default) or sampled (``transformers`` then samples too)
+for a fixed number of tokens (EOS ignored). The engine is timed through its scheduler
+(continuous batching, batched prefill, KV cache), in-process without HTTP; the table also
+splits the engine's time into prefill and per-decode-step milliseconds.
 
     .venv/bin/python benchmarks/engine_decode.py                      # tiny, CPU
     .venv/bin/python benchmarks/engine_decode.py --device cuda --factory olmo3_190M \\
@@ -59,7 +61,9 @@ def build_model(args: argparse.Namespace) -> Any:
     )
 
 
-def bench_engine(loaded: Any, args: argparse.Namespace, batch: int, prompts: torch.Tensor) -> float:
+def bench_engine(
+    loaded: Any, args: argparse.Namespace, batch: int, prompts: torch.Tensor
+) -> dict[str, float]:
     from runtime.engines.embedded.engine import Engine
     from runtime.engines.embedded.sampling import SamplingParams
 
@@ -70,9 +74,12 @@ def bench_engine(loaded: Any, args: argparse.Namespace, batch: int, prompts: tor
         max_running_requests=max(batch, 1),
         context_length=args.prompt_len + args.new_tokens + 8,
         cuda_graph=args.cuda_graph,
+        prefill_tokens=args.prefill_tokens,
     )
     eng.start()
-    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(
+        max_new_tokens=args.new_tokens, temperature=args.temperature, ignore_eos=True
+    )
 
     def run() -> float:
         done = threading.Event()
@@ -96,10 +103,17 @@ def bench_engine(loaded: Any, args: argparse.Namespace, batch: int, prompts: tor
 
     try:
         run()  # warm-up
-        best = min(run() for _ in range(args.repeats))
+        before, steps0 = dict(eng.timings), eng.stats["num_decode_steps"]
+        times = [run() for _ in range(args.repeats)]
+        steps = max(1, eng.stats["num_decode_steps"] - steps0)
+        spent = {k: eng.timings[k] - before[k] for k in before}
     finally:
         eng.stop()
-    return batch * args.new_tokens / best
+    return {
+        "tok_s": batch * args.new_tokens / min(times),
+        "prefill_ms_per_run": spent["prefill_s"] * 1e3 / len(times),
+        "decode_ms_per_step": spent["decode_s"] * 1e3 / steps,
+    }
 
 
 def bench_hf(
@@ -116,10 +130,12 @@ def bench_hf(
     hf.load_state_dict(convert_state_to_hf(cfg, loaded.model.state_dict()))
     hf = hf.to(device=args.device, dtype=getattr(torch, args.dtype)).eval()
     ids = prompts[:batch].to(args.device)
+    sampled = args.temperature > 0
     kw = dict(
         max_new_tokens=args.new_tokens,
         min_new_tokens=args.new_tokens,
-        do_sample=False,
+        do_sample=sampled,
+        **({"temperature": args.temperature, "top_k": 0, "top_p": 1.0} if sampled else {}),
         pad_token_id=0,
         eos_token_id=None,
     )
@@ -161,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cuda-graph", action="store_true")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--prefill-tokens", type=int, default=16384, help="prefill budget per forward")
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
@@ -180,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             {
                 "batch": b,
-                "engine_tok_s": ours,
+                "engine_tok_s": ours["tok_s"],
+                "engine_prefill_ms": ours["prefill_ms_per_run"],
+                "engine_decode_ms_per_step": ours["decode_ms_per_step"],
                 "hf_tok_s": theirs,
-                "speedup": None if not theirs else ours / theirs,
+                "speedup": None if not theirs else ours["tok_s"] / theirs,
             }
         )
     result = {
@@ -197,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "cuda_graph": args.cuda_graph,
+        "temperature": args.temperature,
+        "prefill_tokens": args.prefill_tokens,
         "rows": rows,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -207,13 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {path}")
     print(
         f"\nmodel {result['model']} ({result['params']:,} params), {args.device} {args.dtype}, "
-        f"prompt {args.prompt_len}, new {args.new_tokens}"
+        f"prompt {args.prompt_len}, new {args.new_tokens}, T={args.temperature}"
     )
-    print(f"{'batch':>6} {'engine tok/s':>14} {'hf tok/s':>12} {'speedup':>8}")
+    print(
+        f"{'batch':>6} {'engine tok/s':>14} {'prefill ms':>11} {'step ms':>8} "
+        f"{'hf tok/s':>12} {'speedup':>8}"
+    )
     for r in rows:
         hf = f"{r['hf_tok_s']:.1f}" if r["hf_tok_s"] else "n/a"
         sp = f"{r['speedup']:.2f}x" if r["speedup"] else "n/a"
-        print(f"{r['batch']:>6} {r['engine_tok_s']:>14.1f} {hf:>12} {sp:>8}")
+        print(
+            f"{r['batch']:>6} {r['engine_tok_s']:>14.1f} {r['engine_prefill_ms']:>11.1f} "
+            f"{r['engine_decode_ms_per_step']:>8.2f} {hf:>12} {sp:>8}"
+        )
     return 0
 
 

@@ -1,11 +1,22 @@
-"""GPU decode: embedded engine vs ``transformers`` generate on the same weights, sampled.
+"""GPU decode: embedded engine variants vs ``transformers`` generate on the same weights.
 
 The OLMo-core model (``builtin:olmo3-1b`` with a 100352 vocab: hidden 2048, 16 layers,
 1.48B params) is exported with ``runtime.models.export_hf`` and reloaded by
 ``transformers`` (``from_pretrained``), so both sides hold the same bf16 weights; a
 logits parity check on one prompt guards that. Both sides sample (temperature 1) a fixed
 number of tokens per request (EOS ignored), all requests submitted at once; the time
-includes prefill. Micro timings split one engine decode step into forward and sampling.
+includes prefill.
+
+Engine variants (``--variants``, one process, A/B in one GPU call) are comma-separated
+options: a mode ``eager`` or ``graph``, then ``kv_step=N`` (graph KV-length bucket, 0 = the
+whole cache row), ``prefill=N`` (prefill token budget per forward), ``compile``
+(torch.compile of the decode step) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
+``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
+``math`` as the fallback for calls the fused kernel refuses). Each variant reports tok/s, a
+per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
+prefill ms), and micro timings of one forward and one sample. ``transformers`` runs with
+its dynamic cache and its static cache (each optionally under an SDPA setting); the table
+compares against the best of them.
 
 Bandwidth bound: per decode step the weights (all but the embedding table) plus the KV
 cache each request attends to (window-limited) plus the new KV are read/written once;
@@ -18,12 +29,14 @@ fastest possible decode.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +48,72 @@ sys.path.insert(0, str(ROOT))
 
 DEV = "cuda"
 DTYPE = torch.bfloat16
+SDPA_BACKENDS = ("default", "no-cudnn", "flash", "efficient", "math")
 
 
 def sync() -> None:
     if DEV == "cuda":
         torch.cuda.synchronize()
+
+
+@dataclass
+class Variant:
+    """One engine configuration of the A/B run."""
+
+    name: str
+    graph: bool = True
+    kv_step: int = 256
+    prefill: int = 16384
+    compile: bool = False
+    sdpa: str | None = None  # None: the run's --sdpa-backend
+
+
+def parse_variant(text: str) -> Variant:
+    """``graph,kv_step=0,sdpa=no-cudnn`` -> Variant; ValueError names the bad part."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or parts[0] not in ("eager", "graph"):
+        raise ValueError(f"variant {text!r}: must start with 'eager' or 'graph'")
+    v = Variant(name=text, graph=parts[0] == "graph")
+    for part in parts[1:]:
+        key, eq, value = part.partition("=")
+        try:
+            if key == "compile" and not eq:
+                v.compile = True
+            elif key == "kv_step" and eq:
+                v.kv_step = int(value)
+            elif key == "prefill" and eq:
+                v.prefill = int(value)
+            elif key == "sdpa" and eq and value in SDPA_BACKENDS:
+                v.sdpa = value
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, "
+                f"sdpa={'|'.join(SDPA_BACKENDS)})"
+            ) from None
+    if v.kv_step < 0 or v.prefill < 1:
+        raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
+    return v
+
+
+def set_sdpa_backend(name: str) -> None:
+    """Enable exactly the SDPA backends ``name`` allows (process-global torch flags)."""
+    if DEV != "cuda":
+        return
+    b = torch.backends.cuda
+    allow = {
+        "default": (True, True, True, True),
+        "no-cudnn": (True, True, True, False),
+        "flash": (True, False, True, False),
+        "efficient": (False, True, True, False),
+        "math": (False, False, True, False),
+    }[name]
+    flash, efficient, math, cudnn = allow
+    b.enable_flash_sdp(flash)
+    b.enable_mem_efficient_sdp(efficient)
+    b.enable_math_sdp(math)
+    b.enable_cudnn_sdp(cudnn)
 
 
 def kv_token_bytes(im: Any) -> list[int]:
@@ -106,12 +180,17 @@ def engine_run(eng: Any, prompts: torch.Tensor, batch: int, params: Any) -> floa
     return time.perf_counter() - t0
 
 
+def _timings_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
 def bench_engine(
-    loaded: Any, prompts: torch.Tensor, batch: int, args: argparse.Namespace, graph: bool
+    loaded: Any, prompts: torch.Tensor, batch: int, args: argparse.Namespace, v: Variant
 ) -> dict[str, Any]:
     from runtime.engines.embedded.engine import Engine
     from runtime.engines.embedded.sampling import SamplingParams
 
+    set_sdpa_backend(v.sdpa or args.sdpa_backend)
     t0 = time.perf_counter()
     eng = Engine(
         loaded,
@@ -119,45 +198,81 @@ def bench_engine(
         device=DEV,
         max_running_requests=batch,
         context_length=args.prompt_len + args.new_tokens + 8,
-        cuda_graph=graph,
+        cuda_graph=v.graph,
+        graph_kv_step=v.kv_step,
+        prefill_tokens=v.prefill,
+        compile_decode=v.compile,
     )
     setup_s = time.perf_counter() - t0
     eng.start()
     try:
-        warm = SamplingParams(max_new_tokens=16, temperature=args.temperature, ignore_eos=True)
-        engine_run(eng, prompts, batch, warm)
         params = SamplingParams(
             max_new_tokens=args.new_tokens, temperature=args.temperature, ignore_eos=True
         )
-        times = [engine_run(eng, prompts, batch, params) for _ in range(args.repeats)]
+        # warm-up at full length: captures (or compiles) every bucket the timed runs use
+        t0 = time.perf_counter()
+        engine_run(eng, prompts, batch, params)
+        warmup_s = time.perf_counter() - t0
+        times, steps = [], []
+        for _ in range(args.repeats):
+            s0 = eng.stats["num_decode_steps"]
+            times.append(engine_run(eng, prompts, batch, params))
+            steps.append(eng.stats["num_decode_steps"] - s0)
+        # one profiled run (syncs between forward and sampling) for the breakdown
+        eng.profile = True
+        before = dict(eng.timings)
+        s0 = eng.stats["num_decode_steps"]
+        prof_wall = engine_run(eng, prompts, batch, params)
+        eng.profile = False
+        d = _timings_delta(before, eng.timings)
+        n = max(1, eng.stats["num_decode_steps"] - s0)
+        breakdown = {
+            "steps": n,
+            "wall_ms_per_step": prof_wall / n * 1e3,
+            "prefill_ms_total": d["prefill_s"] * 1e3,
+            "forward_ms": d["forward_s"] / n * 1e3,
+            "sample_ms": d["sample_s"] / n * 1e3,
+            "other_ms": (d["decode_s"] - d["forward_s"] - d["sample_s"]) / n * 1e3,
+            "outside_step_ms": (prof_wall - d["decode_s"] - d["prefill_s"]) / n * 1e3,
+        }
         micro = micro_step(eng, batch, args)
         bound = bandwidth_bound(
             loaded, eng.im, batch, args.prompt_len, args.new_tokens, args.bandwidth
         )
+        graphs = len(getattr(eng.im, "_graphs", {}) or {})
+        compiled = eng.im._compiled is not None
     finally:
         eng.stop()
+        set_sdpa_backend("default")
     best = min(times)
     del eng
+    gc.collect()  # drop the graphs and the KV cache before the next variant allocates
     if DEV == "cuda":
         torch.cuda.empty_cache()
     tok_s = batch * args.new_tokens / best
     return {
-        "cuda_graph": graph,
+        "variant": v.__dict__,
         "setup_s": setup_s,
+        "warmup_s": warmup_s,
         "times_s": times,
+        "decode_steps": steps,
         "tok_s": tok_s,
         "bound": bound,
         "fraction_of_bound": tok_s / bound["bound_tok_s"],
+        "breakdown": breakdown,
         "micro": micro,
+        "graphs_captured": graphs,
+        "compiled": compiled,
     }
 
 
 def micro_step(eng: Any, batch: int, args: argparse.Namespace) -> dict[str, float]:
-    """Median ms of one decode forward (context ~ prompt + new/2) and of one sample()."""
-    from runtime.engines.embedded.sampling import SamplingParams, sample
+    """Median ms of one decode forward (context ~ prompt + new/2) and of one sample."""
+    from runtime.engines.embedded.sampling import SamplingBatch, SamplingParams, sample_batch
 
     im = eng.im
-    pos = torch.full((batch,), args.prompt_len + args.new_tokens // 2, device=DEV)
+    ctx = args.prompt_len + args.new_tokens // 2
+    pos = torch.full((batch,), ctx, device=DEV)
     tok = torch.randint(1, min(1000, eng.vocab_size), (batch,), device=DEV)
 
     def timed(fn: Any, n: int = 20) -> float:
@@ -171,20 +286,33 @@ def micro_step(eng: Any, batch: int, args: argparse.Namespace) -> dict[str, floa
             ts.append(time.perf_counter() - t0)
         return statistics.median(ts) * 1e3
 
-    logits = im.decode_step(tok, pos)[0]
-    params = [SamplingParams(temperature=args.temperature)] * batch
-    gens = [torch.Generator().manual_seed(i) for i in range(batch)]
+    logits = im.decode_step(tok, pos, kv_len=ctx + 1)[0]
+    seeds = list(range(batch))
+    cnt = torch.zeros(batch, dtype=torch.long, device=DEV)
+    sampled = SamplingBatch.build(
+        [SamplingParams(temperature=args.temperature)] * batch, seeds, DEV
+    )
+    greedy = SamplingBatch.build([SamplingParams(temperature=0.0)] * batch, seeds, DEV)
+    top_p = SamplingBatch.build([SamplingParams(top_p=0.95)] * batch, seeds, DEV)
     return {
-        "forward_ms": timed(lambda: im.decode_step(tok, pos)),
-        "sample_ms": timed(lambda: sample(logits, params, gens)),
-        "greedy_sample_ms": timed(
-            lambda: sample(logits, [SamplingParams(temperature=0.0)] * batch, gens)
-        ),
+        "forward_ms": timed(lambda: im.decode_step(tok, pos, kv_len=ctx + 1)),
+        "sample_ms": timed(lambda: sample_batch(logits, sampled, cnt)),
+        "greedy_sample_ms": timed(lambda: sample_batch(logits, greedy, cnt)),
+        "top_p_sample_ms": timed(lambda: sample_batch(logits, top_p, cnt)),
     }
 
 
-def bench_hf(hf: Any, prompts: torch.Tensor, batch: int, args: argparse.Namespace) -> dict:
+def bench_hf(
+    hf: Any, prompts: torch.Tensor, batch: int, args: argparse.Namespace, spec: str
+) -> dict[str, Any]:
+    """``spec``: ``dynamic`` or ``static`` cache, optionally ``,sdpa=B``."""
+    cache, _, rest = spec.partition(",")
+    sdpa = rest.partition("=")[2] if rest.startswith("sdpa=") else "default"
     ids = prompts[:batch].to(DEV)
+    extra: dict[str, Any] = {}
+    if cache == "static":
+        extra["cache_implementation"] = "static"
+    set_sdpa_backend(sdpa)
 
     def run(n: int) -> float:
         sync()
@@ -201,14 +329,20 @@ def bench_hf(hf: Any, prompts: torch.Tensor, batch: int, args: argparse.Namespac
                 top_p=1.0,
                 pad_token_id=0,
                 eos_token_id=None,
+                **extra,
             )
         sync()
         assert out.shape[1] == ids.shape[1] + n, out.shape
         return time.perf_counter() - t0
 
-    run(8)
-    t = run(args.new_tokens)
-    return {"times_s": [t], "tok_s": batch * args.new_tokens / t}
+    try:
+        t0 = time.perf_counter()
+        run(args.new_tokens if cache == "static" else 8)  # static: same shapes as timed
+        warm = time.perf_counter() - t0
+        t = run(args.new_tokens)
+    finally:
+        set_sdpa_backend("default")
+    return {"spec": spec, "warmup_s": warm, "times_s": [t], "tok_s": batch * args.new_tokens / t}
 
 
 def parity(loaded: Any, hf: Any, prompt: torch.Tensor) -> dict[str, float]:
@@ -226,23 +360,71 @@ def parity(loaded: Any, hf: Any, prompt: torch.Tensor) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        epilog="variants e.g.: graph  graph,kv_step=0  graph,sdpa=no-cudnn  graph,compile  eager",
+    )
     ap.add_argument("--source", default="builtin:olmo3-1b?vocab_size=100352")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--modes", nargs="+", default=["eager", "graph"], choices=["eager", "graph"])
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=["graph", "graph,kv_step=0", "graph,sdpa=no-cudnn"],
+        help="engine configurations to A/B (see the module docstring)",
+    )
+    ap.add_argument(
+        "--modes", nargs="+", choices=["eager", "graph"], help="old spelling: plain variants"
+    )
+    ap.add_argument("--sdpa-backend", default="default", choices=SDPA_BACKENDS)
+    ap.add_argument(
+        "--hf",
+        nargs="*",
+        default=["dynamic", "static", "dynamic,sdpa=no-cudnn"],
+        help="transformers configurations: dynamic|static[,sdpa=B]; none = skip",
+    )
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument(
+        "--deadline-s",
+        type=float,
+        default=0.0,
+        help="skip what is left once this many seconds have passed (0: no limit)",
+    )
     ap.add_argument("--bandwidth", type=float, default=4.3e12)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
     ap.add_argument("--device", default="cuda", help="cpu only for smoke tests")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        variants = [parse_variant(v) for v in (args.modes or args.variants)]
+        for spec in args.hf:
+            cache, _, rest = spec.partition(",")
+            if cache not in ("dynamic", "static") or (
+                rest and rest.partition("=")[2] not in SDPA_BACKENDS
+            ):
+                raise ValueError(f"--hf {spec!r}: expected dynamic|static[,sdpa=B]")
+    except ValueError as exc:
+        ap.error(str(exc))  # exit 2
+    if args.skip_hf:
+        args.hf = []
     global DEV, DTYPE
     DEV = args.device
     DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float32
+    start = time.perf_counter()
+
+    def out_of_time(what: str) -> bool:
+        if args.deadline_s and time.perf_counter() - start > args.deadline_s:
+            print(f"deadline: skipping {what}", flush=True)
+            return True
+        return False
 
     from runtime.engines.embedded.tiny import ByteTokenizer
     from runtime.models import export_hf, load_model
@@ -259,11 +441,12 @@ def main() -> int:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "temperature": args.temperature,
+        "sdpa_backend": args.sdpa_backend,
         "build_s": build_s,
         "rows": [],
     }
     hf = None
-    if not args.skip_hf:
+    if args.hf:
         import transformers
         from transformers import AutoModelForCausalLM
 
@@ -275,57 +458,87 @@ def main() -> int:
             hf = AutoModelForCausalLM.from_pretrained(tmp, dtype=DTYPE).to(DEV).eval()
         report["hf_attn_implementation"] = getattr(hf.config, "_attn_implementation", None)
     loaded.model.to(device=DEV, dtype=DTYPE)
-    loaded.tokenizer = ByteTokenizer()  # random ids: decode only what a byte tokenizer can
+    loaded.tokenizer = ByteTokenizer()  # type: ignore[assignment]  # random ids: bytes only
     vocab = int(loaded.model.embeddings.weight.shape[0])
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(1, vocab, (max(args.batch_sizes), args.prompt_len), generator=gen)
     if hf is not None:
         report["parity"] = parity(loaded, hf, prompts[0])
         print("parity", report["parity"], flush=True)
+    path = args.out / "gpu_decode.json"
 
-    for b in args.batch_sizes:
-        row: dict[str, Any] = {"batch": b}
-        for mode in args.modes:
-            try:
-                row[mode] = bench_engine(loaded, prompts, b, args, graph=mode == "graph")
-                print(
-                    f"b{b} {mode}: {row[mode]['tok_s']:.0f} tok/s {row[mode]['micro']}", flush=True
-                )
-            except Exception as exc:  # record and go on: one broken mode must not hide the rest
-                row[mode] = {"error": f"{type(exc).__name__}: {exc}"}
-                print(f"b{b} {mode} FAILED: {exc}", flush=True)
-        if hf is not None:
-            row["hf"] = bench_hf(hf, prompts, b, args)
-            print(f"b{b} hf: {row['hf']['tok_s']:.0f} tok/s", flush=True)
-        report["rows"].append(row)
+    def save() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_decode.json").write_text(json.dumps(report, indent=2) + "\n")
+        path.write_text(json.dumps(report, indent=2) + "\n")
+
+    rows: dict[int, dict[str, Any]] = {}
+    for b in args.batch_sizes:
+        rows[b] = {"batch": b, "engine": {}, "hf": {}, "hf_best_tok_s": None}
+        report["rows"].append(rows[b])
+    hf_specs = args.hf if hf is not None else []
+    # priority order, so a deadline cuts the least important runs: the first engine variant
+    # and the first transformers setting at every batch size, then the rest
+    plan: list[tuple[str, Any]] = [("engine", v) for v in variants[:1]]
+    plan += [("hf", s) for s in hf_specs[:1]]
+    plan += [("engine", v) for v in variants[1:]] + [("hf", s) for s in hf_specs[1:]]
+    for kind, item in plan:
+        for b in args.batch_sizes:
+            row = rows[b]
+            label = item.name if kind == "engine" else f"hf {item}"
+            if out_of_time(f"b{b} {label}"):
+                continue
+            try:
+                if kind == "engine":
+                    r = bench_engine(loaded, prompts, b, args, item)
+                    row["engine"][item.name] = r
+                    print(f"b{b} {label}: {r['tok_s']:.0f} tok/s {r['breakdown']} {r['micro']}")
+                else:
+                    row["hf"][item] = bench_hf(hf, prompts, b, args, item)
+                    print(f"b{b} {label}: {row['hf'][item]['tok_s']:.0f} tok/s")
+            except Exception as exc:  # record and go on: one broken run must not hide the rest
+                key = item.name if kind == "engine" else item
+                row[kind][key] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"b{b} {label} FAILED: {exc}")
+            sys.stdout.flush()
+            ok = [h["tok_s"] for h in row["hf"].values() if "tok_s" in h]
+            row["hf_best_tok_s"] = max(ok) if ok else None
+            save()
 
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path = args.out / "gpu_decode.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    report["wall_s"] = time.perf_counter() - start
+    save()
     print(f"wrote {path}\n")
+    print_table(report)
+    return 0
+
+
+def print_table(report: dict[str, Any]) -> None:
     print(
-        f"{report['source']} ({report['params'] / 1e9:.2f}B), prompt {args.prompt_len}, "
-        f"new {args.new_tokens}, T={args.temperature}"
-    )
-    print(
-        f"{'batch':>5} {'mode':>6} {'tok/s':>9} {'hf tok/s':>9} {'x hf':>6} {'bound':>9} {'%bound':>7} {'fwd ms':>7} {'smp ms':>7}"
+        f"{report['source']} ({report['params'] / 1e9:.2f}B), prompt {report['prompt_len']}, "
+        f"new {report['new_tokens']}, T={report['temperature']}"
     )
     for row in report["rows"]:
-        hf_t = row.get("hf", {}).get("tok_s")
-        for mode in args.modes:
-            r = row[mode]
+        for spec, h in row["hf"].items():
+            got = f"{h['tok_s']:.0f} tok/s" if "tok_s" in h else h.get("error", "")[:60]
+            print(f"  b{row['batch']} transformers {spec}: {got}")
+    head = (
+        f"{'batch':>5} {'variant':<28} {'tok/s':>8} {'x hf':>6} {'%bound':>7} "
+        f"{'fwd ms':>7} {'smp ms':>7} {'oth ms':>7} {'pre ms':>8}"
+    )
+    print(head)
+    for row in report["rows"]:
+        hf_t = row.get("hf_best_tok_s")
+        for name, r in row["engine"].items():
             if "error" in r:
-                print(f"{row['batch']:>5} {mode:>6} ERROR {r['error'][:60]}")
+                print(f"{row['batch']:>5} {name:<28} ERROR {r['error'][:70]}")
                 continue
             x = f"{r['tok_s'] / hf_t:.1f}" if hf_t else "n/a"
+            bd = r["breakdown"]
             print(
-                f"{row['batch']:>5} {mode:>6} {r['tok_s']:>9.0f} {hf_t or 0:>9.0f} {x:>6} "
-                f"{r['bound']['bound_tok_s']:>9.0f} {r['fraction_of_bound']:>7.1%} "
-                f"{r['micro']['forward_ms']:>7.2f} {r['micro']['sample_ms']:>7.2f}"
+                f"{row['batch']:>5} {name:<28} {r['tok_s']:>8.0f} {x:>6} "
+                f"{r['fraction_of_bound']:>7.1%} {bd['forward_ms']:>7.2f} {bd['sample_ms']:>7.2f} "
+                f"{bd['other_ms'] + bd['outside_step_ms']:>7.2f} {bd['prefill_ms_total']:>8.1f}"
             )
-    return 0
 
 
 if __name__ == "__main__":

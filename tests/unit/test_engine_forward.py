@@ -136,3 +136,97 @@ def test_runtime_builtin_models_match(name):
     for p in range(10, 18):
         logits, _ = im.decode(torch.tensor([ids[p]]), torch.tensor([p]))
         assert (logits[0] - ref[p]).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_batched_ragged_prefill_matches_sequential(kind):
+    """Ragged prompts prefilled in ONE forward (right-padded, masked; the dense model has
+    an 8-token window) give the sequential prefill's logits, experts and cache: decoding
+    after either gives the same logits. Non-contiguous slots take the indexed write."""
+    loaded = build_tiny(kind, seed=6)
+    gen = torch.Generator().manual_seed(8)
+    seqs = [torch.randint(1, 128, (n,), generator=gen).tolist() for n in (5, 13, 1, 9)]
+    seq_im = InferenceModel(loaded.model, max_slots=4, capacity=32)
+    seq = [seq_im.prefill(s, slot=i, all_logits=True) for i, s in enumerate(seqs)]
+    for slots in ([0, 1, 2, 3], [3, 0, 2, 1]):
+        im = InferenceModel(loaded.model, max_slots=4, capacity=32)
+        last, full, experts = im.prefill_batch(seqs, slots, want_all=[True, False, True, False])
+        for b, (logits, ex) in enumerate(seq):
+            assert (last[b] - logits[-1]).abs().max().item() < TOL
+            if b in (0, 2):
+                assert (full[b] - logits).abs().max().item() < TOL
+            else:
+                assert full[b] is None
+            if kind == "moe":
+                assert torch.equal(experts[b], ex)
+        # continue all four by decoding two tokens, in slot order
+        order = sorted(range(4), key=lambda b: slots[b])
+        for step in range(2):
+            toks = torch.tensor([(7 * b + step) % 127 + 1 for b in order])
+            pos = torch.tensor([len(seqs[b]) + step for b in order])
+            moved = [seqs[b] + [(7 * b + s) % 127 + 1 for s in range(step + 1)] for b in order]
+            got, _ = im.decode(toks, pos)
+            for row, b in enumerate(order):
+                ref = _reference(loaded.model, moved[row])[-1]
+                assert (got[row] - ref).abs().max().item() < TOL, (slots, step, b)
+
+
+def test_equal_length_batch_uses_plain_causal_path():
+    loaded = build_tiny("dense", seed=3, window=None)
+    gen = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(1, 128, (6,), generator=gen).tolist() for _ in range(3)]
+    im = InferenceModel(loaded.model, max_slots=3, capacity=16)
+    last, _, _ = im.prefill_batch(seqs, [0, 1, 2])
+    for b, s in enumerate(seqs):
+        assert (last[b] - _reference(loaded.model, s)[-1]).abs().max().item() < TOL
+
+
+def test_decode_with_a_longer_kv_bucket_matches():
+    """Graph buckets attend more cache than needed (masked): same logits as exact length."""
+    loaded = build_tiny("dense", seed=5)
+    ids = torch.randint(1, 128, (10,), generator=torch.Generator().manual_seed(4)).tolist()
+    im = InferenceModel(loaded.model, max_slots=2, capacity=64)
+    im.prefill_batch([ids[:9], ids[:5]], [0, 1])
+    toks, pos = torch.tensor([ids[9], ids[5]]), torch.tensor([9, 5])
+    exact, _ = im.decode(toks, pos)
+    for length in (16, 64):
+        padded, _ = im.decode(toks, pos, kv_len=length)
+        assert (padded - exact).abs().max().item() < TOL
+
+
+def test_graph_bucket_logic():
+    from runtime.engines.embedded.forward import graph_batch_sizes, graph_bucket, kv_bucket
+
+    assert graph_batch_sizes(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert graph_batch_sizes(8, [3, 64]) == [3, 8]
+    assert kv_bucket(1, 256, 392) == 256
+    assert kv_bucket(257, 256, 392) == 392
+    assert kv_bucket(100, 0, 392) == 392  # one bucket: full capacity
+    sizes = graph_batch_sizes(256)
+    assert graph_bucket(200, 130, sizes, 128, 392) == (256, 256)
+    assert graph_bucket(1, 1, sizes, 128, 392) == (1, 128)
+    assert graph_bucket(64, 393, sizes, 128, 392) is None
+    assert graph_bucket(300, 10, sizes, 128, 392) is None
+
+
+def test_cuda_graphs_need_cuda():
+    im = InferenceModel(build_tiny("dense").model, max_slots=2, capacity=8)
+    with pytest.raises(UnsupportedModel):
+        im.enable_cuda_graphs()
+
+
+def test_compile_failure_falls_back_to_eager():
+    """A broken torch.compile must not break serving: the step reruns eagerly."""
+    loaded = build_tiny("dense", seed=1)
+    im = InferenceModel(loaded.model, max_slots=1, capacity=16)
+    im.prefill([1, 2, 3], slot=0)
+    toks, pos = torch.tensor([4]), torch.tensor([3])
+    ref, _ = im.decode(toks, pos)
+
+    def broken(*_a):
+        raise RuntimeError("inductor exploded")
+
+    im._compiled = broken
+    got, _ = im.decode(toks, pos)
+    assert im._compiled is None
+    assert (got - ref).abs().max().item() < TOL

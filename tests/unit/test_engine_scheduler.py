@@ -269,21 +269,167 @@ def test_request_validation(loaded):
 
 def test_sampler_truncation():
     logits = torch.tensor([[0.0, 5.0, 4.9, -3.0]] * 3)
-    gens = [torch.Generator().manual_seed(i) for i in range(3)]
     params = [
         SamplingParams(temperature=0.0),
         SamplingParams(temperature=1.0, top_k=1),
         SamplingParams(temperature=1.0, top_p=0.3),
     ]
-    for _ in range(20):
-        toks, lps = sample(logits, params, gens)
+    for step in range(20):
+        toks, lps = sample(logits, params, [0, 1, 2], [step] * 3)
         assert toks.tolist() == [1, 1, 1]
     # top_k=2 only ever yields the two best tokens
     seen = set()
     for i in range(200):
-        toks, lps = sample(
-            logits[:1], [SamplingParams(top_k=2)], [torch.Generator().manual_seed(i)]
-        )
+        toks, lps = sample(logits[:1], [SamplingParams(top_k=2)], [i], [0])
         seen.add(int(toks[0]))
         assert lps[0] <= 0
     assert seen == {1, 2}
+
+
+def test_batched_prefill_admission_matches_one_at_a_time(loaded):
+    """Eight seeded, sampled requests with ragged prompts admitted together (one ragged
+    prefill, split into chunks by a small token budget) give the same tokens and logprobs
+    as each request alone; input logprobs too."""
+    gen = torch.Generator().manual_seed(11)
+    prompts = [
+        torch.randint(1, 128, (n,), generator=gen).tolist() for n in (3, 9, 4, 14, 1, 7, 12, 5)
+    ]
+    params = [
+        SamplingParams(max_new_tokens=6, temperature=0.8, sampling_seed=100 + i, ignore_eos=True)
+        for i in range(8)
+    ]
+    eng = _engine(loaded, max_running_requests=8, prefill_tokens=40)
+    try:
+        together = _run(eng, prompts, params, return_logprob=True, logprob_start_len=0)
+        alone = [
+            _run(eng, [p], [sp], return_logprob=True, logprob_start_len=0)[0]
+            for p, sp in zip(prompts, params, strict=True)
+        ]
+    finally:
+        eng.stop()
+    for a, b in zip(together, alone, strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        for key in ("output_token_logprobs", "input_token_logprobs"):
+            xs, ys = a["meta_info"][key], b["meta_info"][key]
+            assert [x[1] for x in xs] == [y[1] for y in ys]
+            for x, y in zip(xs, ys, strict=True):
+                assert (x[0] is None) == (y[0] is None)
+                if x[0] is not None:
+                    assert abs(x[0] - y[0]) < 1e-4
+    assert eng.stats["num_prompt_tokens"] == 2 * sum(map(len, prompts))
+
+
+def test_prefill_chunks_respect_the_padded_budget():
+    from runtime.engines.embedded.engine import prefill_chunks
+
+    assert prefill_chunks([4, 4, 4, 4], 8) == [[0, 1], [2, 3]]
+    assert prefill_chunks([2, 3, 10, 3], 12) == [[0, 1], [2], [3]]
+    assert prefill_chunks([50], 16) == [[0]]  # longer than the budget: alone
+    assert prefill_chunks([128] * 256, 16384) == [list(range(128)), list(range(128, 256))]
+    assert prefill_chunks([], 16) == []
+
+
+def test_timings_are_recorded_with_profile(loaded):
+    eng = _engine(loaded, profile=True)
+    try:
+        _run(eng, [[1, 2, 3]] * 2, SamplingParams(max_new_tokens=5, ignore_eos=True))
+    finally:
+        eng.stop()
+    t = eng.timings
+    assert t["prefill_s"] > 0 and t["decode_s"] > 0
+    assert 0 < t["forward_s"] + t["sample_s"] <= t["decode_s"]
+
+
+def test_sampled_tokens_survive_composition_changes_and_long_runs(loaded):
+    """Seeded sampling over more steps than the engine's uniform table (64), while other
+    requests join and finish around it: same tokens as the request alone."""
+    sp = SamplingParams(max_new_tokens=70, temperature=1.0, sampling_seed=77, ignore_eos=True)
+    others = [
+        SamplingParams(max_new_tokens=n, temperature=0.7, sampling_seed=n, ignore_eos=True)
+        for n in (3, 20, 66)
+    ]
+    eng = _engine(loaded, max_running_requests=3)
+    try:
+        mixed = _run(eng, [[4, 5, 6], [7], [8, 9], [1, 2, 3, 4]], [sp, *others])
+        alone = _run(eng, [[4, 5, 6]], [sp])[0]
+    finally:
+        eng.stop()
+    assert mixed[0]["output_ids"] == alone["output_ids"]
+    assert len(alone["output_ids"]) == 70
+
+
+def test_failed_prefill_fails_every_admitted_request_and_engine_recovers(loaded):
+    eng = _engine(loaded, max_running_requests=4, prefill_tokens=4)
+    real = eng.im.prefill_batch
+    calls = [0]
+
+    def flaky(*a, **kw):
+        calls[0] += 1
+        if calls[0] == 2:  # the second chunk
+            raise RuntimeError("boom")
+        return real(*a, **kw)
+
+    eng.im.prefill_batch = flaky
+    try:
+        sp = SamplingParams(max_new_tokens=3, temperature=0.0, ignore_eos=True)
+        res = _run(eng, [[1, 2], [3, 4], [5, 6]], sp)  # chunks: [0, 1], [2]
+        after = _run(eng, [[1, 2]], sp)[0]
+    finally:
+        eng.stop()
+    kinds = [r["meta_info"]["finish_reason"]["type"] for r in res]
+    assert kinds == ["abort"] * 3
+    assert all(r["meta_info"]["finish_reason"]["status_code"] == 500 for r in res)
+    assert len(after["output_ids"]) == 3
+
+
+def test_graph_bucket_path_matches_eager(loaded):
+    """decode_step's graph path (static buffers, padded rows into free slots, KV-length
+    buckets) with an eager stand-in for graph replay: same tokens/logprobs as plain eager
+    under continuous batching with slot compaction."""
+    from runtime.engines.embedded.forward import graph_batch_sizes
+
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 128, (int(n),), generator=gen).tolist() for n in range(2, 12)]
+    params = [
+        SamplingParams(max_new_tokens=5 + i % 7, temperature=0.9, sampling_seed=i)
+        for i in range(10)
+    ]
+    plain = _engine(loaded, max_running_requests=5, context_length=40)
+    try:
+        ref = _run(plain, prompts, params, return_logprob=True)
+    finally:
+        plain.stop()
+
+    eng = _engine(loaded, max_running_requests=5, context_length=40)
+    im = eng.im
+    shapes = []
+
+    class Replay:
+        def __init__(self, tok, pos, length, out):
+            self.args = (tok, pos, length, out)
+
+        def replay(self):
+            tok, pos, length, out = self.args
+            out.copy_(im.decode(tok, pos, kv_len=length)[0])
+
+    def fake_graph(bs, length):
+        shapes.append((bs, length))
+        tok = torch.zeros(bs, dtype=torch.long)
+        pos = torch.zeros(bs, dtype=torch.long)
+        out = torch.empty(bs, eng.vocab_size)
+        return Replay(tok, pos, length, out), tok, pos, out
+
+    im._graph = fake_graph
+    im.graph_batch_sizes = graph_batch_sizes(5, [1, 2, 4])
+    im.graph_kv_step = 16
+    try:
+        got = _run(eng, prompts, params, return_logprob=True)
+    finally:
+        eng.stop()
+    assert {b for b, _ in shapes} <= {1, 2, 4, 5} and {n for _, n in shapes} <= {16, 32, 48, 64}
+    assert any(b == 4 for b, _ in shapes) and any(n == 32 for _, n in shapes)
+    for a, b in zip(got, ref, strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
+        lp_b = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
+        assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4

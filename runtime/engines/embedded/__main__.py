@@ -45,6 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="capture the decode step in CUDA graphs (dense models, --device cuda)",
     )
+    p.add_argument(
+        "--cuda-graph-kv-step",
+        type=int,
+        default=256,
+        help="KV-length bucket of the decode graphs (0: one graph per batch size, full cache)",
+    )
+    p.add_argument(
+        "--prefill-tokens",
+        type=int,
+        default=16384,
+        help="padded prompt tokens per batched prefill forward",
+    )
+    p.add_argument(
+        "--compile-decode",
+        action="store_true",
+        help="torch.compile the decode step (falls back to eager if compilation fails)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -64,7 +81,10 @@ def load_source(source: str, *, device: str, dtype: torch.dtype, seed: int) -> A
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.prefill_tokens < 1 or args.cuda_graph_kv_step < 0:
+        parser.error("--prefill-tokens must be >= 1 and --cuda-graph-kv-step >= 0")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -93,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         weight_version=args.weight_version,
         cuda_graph=args.cuda_graph,
+        graph_kv_step=args.cuda_graph_kv_step,
+        prefill_tokens=args.prefill_tokens,
+        compile_decode=args.compile_decode,
     )
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}

@@ -1,10 +1,12 @@
 """The embedded engine's scheduler: continuous batching over ``InferenceModel``.
 
 One background thread owns the model and the KV cache. Between decode steps it handles
-control operations (aborts, weight updates), admits waiting requests (prefill once each)
-while the running set stays within ``max_running_requests`` slots and the reserved token
-budget ``max_total_tokens`` (prompt + max_new_tokens per request), then decodes one token
-for every running request in a single batched forward.
+control operations (aborts, weight updates), admits every waiting request that fits
+``max_running_requests`` slots and the reserved token budget ``max_total_tokens`` (prompt +
+max_new_tokens per request) and prefills them together (ragged prompts in one forward,
+chunked by ``prefill_tokens`` padded tokens), then decodes one token for every running
+request in a single batched forward. Sampled tokens stay on the device between steps; one
+host transfer per step brings back the whole batch's tokens and logprobs.
 
 Weight updates (``update_weights``): new requests are held in the queue, running requests
 finish on the old weights (or are aborted with ``abort_all_requests``), then the weights
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 
 from .forward import InferenceModel, UnsupportedModel
-from .sampling import BadRequest, SamplingParams, sample
+from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class GenRequest:
     return_logprob: bool = False
     logprob_start_len: int = -1
     return_routed_experts: bool = False
-    generator: torch.Generator | None = None
+    seed: int = 0
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     input_logprobs: list[float | None] = field(default_factory=list)
@@ -67,6 +69,37 @@ class GenRequest:
         return len(self.prompt_ids) + max(0, len(self.output_ids) - 1)
 
 
+@dataclass(eq=False)
+class _DecodeBatch:
+    """Device-side inputs of the next decode step for the running set (slot order).
+
+    Rebuilt from the requests when the running set changes; otherwise advanced on the
+    device (tokens = last sampled, positions/counters + 1) without host round trips.
+    """
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    counters: torch.Tensor
+    sampling: SamplingBatch
+    kv_len: int
+    u_table: torch.Tensor | None = None  # (B, U_HORIZON) uniforms for the next steps
+    u_col: int = 0
+
+    def next_uniforms(self) -> torch.Tensor:
+        """This step's uniforms: one hash launch sequence every ``U_HORIZON`` steps."""
+        if self.u_table is None or self.u_col >= self.u_table.shape[1]:
+            ahead = torch.arange(U_HORIZON, device=self.counters.device)
+            cnt = self.counters.unsqueeze(1) + ahead.unsqueeze(0)
+            self.u_table = uniforms(self.sampling.seeds.unsqueeze(1).expand_as(cnt), cnt)
+            self.u_col = 0
+        u = self.u_table[:, self.u_col]
+        self.u_col += 1
+        return u
+
+
+U_HORIZON = 64
+
+
 @dataclass
 class _WeightUpdate:
     path: str
@@ -75,6 +108,13 @@ class _WeightUpdate:
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] = field(default_factory=dict)
     paused: int = 0
+    tensors: list[tuple[str, torch.Tensor]] | None = None  # set: a tensor update, not disk
+    final: bool = True  # False: more chunks of this version follow; admission stays held
+
+
+# A chunked tensor publication holds admission between chunks (so no request runs on
+# half-updated weights); a sender that dies mid-way releases it after this many seconds.
+TENSOR_HOLD_S = 60.0
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> str:
@@ -125,6 +165,10 @@ class Engine:
         seed: int = 0,
         weight_version: str = "0",
         cuda_graph: bool = False,
+        prefill_tokens: int = 16384,
+        graph_kv_step: int = 256,
+        compile_decode: bool = False,
+        profile: bool = False,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -140,16 +184,27 @@ class Engine:
         self.im = InferenceModel(
             self.model, max_slots=max_running_requests, capacity=context_length, device=device
         )
+        self.prefill_tokens = max(1, int(prefill_tokens))
+        self.profile = profile  # sync inside steps to split forward / sampling time
+        if compile_decode:
+            try:
+                self.im.enable_compile()
+            except Exception as exc:  # torch.compile unavailable: stay eager
+                log.warning("torch.compile disabled: %s", exc)
         if cuda_graph:
             try:
-                self.im.enable_cuda_graphs()
+                self.im.enable_cuda_graphs(kv_step=graph_kv_step)
             except UnsupportedModel as exc:
                 log.warning("CUDA graphs disabled: %s", exc)
+        self._batch: _DecodeBatch | None = None
+        self._eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
         self._lock = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
         self._running: list[GenRequest] = []
         self._aborts: list[tuple[str | None, bool]] = []
         self._updates: list[_WeightUpdate] = []
+        self._tensor_hold_until: float | None = None
         self._stop = False
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
@@ -207,7 +262,6 @@ class Engine:
         seed = params.sampling_seed
         if seed is None:
             seed = (self.seed * 1_000_003 + n) % (2**63)
-        gen = torch.Generator().manual_seed(int(seed))
         req = GenRequest(
             rid=rid or f"req-{n}",
             prompt_ids=[int(t) for t in prompt_ids],
@@ -216,7 +270,7 @@ class Engine:
             return_logprob=return_logprob,
             logprob_start_len=logprob_start_len,
             return_routed_experts=return_routed_experts,
-            generator=gen,
+            seed=int(seed) % (2**63),
         )
         req.max_new = min(params.max_new_tokens, self.context_length - len(prompt_ids))
         return req
@@ -245,12 +299,43 @@ class Engine:
             return {"success": False, "message": "timed out waiting for running requests"}
         return upd.result
 
+    def update_weights_from_tensors(
+        self,
+        named: list[tuple[str, torch.Tensor]],
+        *,
+        version: str | None,
+        abort_all: bool = False,
+        final: bool = True,
+        timeout: float = 600.0,
+    ) -> dict[str, Any]:
+        """Copy ``named`` into the parameters between decode steps; block until done.
+
+        The same pause protocol as ``update_weights``; the copy casts on the device. With
+        ``final=False`` admission stays paused until the final chunk (or ``TENSOR_HOLD_S``).
+        The engine drops its references to ``named`` before it answers.
+        """
+        upd = _WeightUpdate(
+            path="<tensors>", version=version, abort_all=abort_all, tensors=named, final=final
+        )
+        with self._lock:
+            upd.paused = len(self._waiting)
+            self._updates.append(upd)
+            self._lock.notify_all()
+        if not upd.done.wait(timeout):
+            return {"success": False, "message": "timed out waiting for running requests"}
+        return upd.result
+
     def load(self) -> dict[str, int]:
         with self._lock:
             return {"num_running_reqs": len(self._running), "num_waiting_reqs": len(self._waiting)}
 
-    def checksum(self) -> str:
+    def checksum(self, kind: str = "sha256") -> str:
+        """``sha256`` (startup audit, CPU) or ``wsum64`` (on the device, after publication)."""
         with self._lock:
+            if kind == "wsum64":
+                from runtime.publication.checksum import device_checksum
+
+                return device_checksum(self.model.state_dict())
             return state_checksum(self.model.state_dict())
 
     # ---- scheduler thread ----------------------------------------------------------------
@@ -285,6 +370,7 @@ class Engine:
                 for req in list(self._running):
                     self._finish(req, _abort_reason(f"engine error: {exc}", 500))
                 self._running = []
+                self._batch = None
         for req in list(self._running) + list(self._waiting):
             self._finish(req, _abort_reason("engine shutting down", 503))
 
@@ -306,12 +392,15 @@ class Engine:
         """Drive a pending weight update; True while admission must stay paused."""
         with self._lock:
             if not self._updates:
-                return False
+                return self._tensor_hold()
             upd = self._updates[0]
         if upd.abort_all and self._running:
             self._retire(list(self._running), "Abort request: weights update")
         if self._running:
             return True
+        if upd.tensors is not None:
+            self._apply_tensors(upd)
+            return self._tensor_hold()
         try:
             state = load_safetensors_dir(upd.path)
             with self._lock:
@@ -343,65 +432,198 @@ class Engine:
         upd.done.set()
         return False
 
-    def _admit(self) -> None:
-        while True:
-            with self._lock:
-                if not self._waiting or len(self._running) >= self.max_running:
-                    return
-                req = self._waiting[0]
-                used = sum(r.reserved for r in self._running)
-                if self._running and used + req.reserved > self.max_total_tokens:
-                    return
-                self._waiting.popleft()
-            self._prefill(req)
+    def _tensor_hold(self) -> bool:
+        """True while a chunked tensor publication is between chunks (caller holds no lock)."""
+        until = self._tensor_hold_until
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        log.warning("tensor publication left unfinished for %.0fs; resuming", TENSOR_HOLD_S)
+        self._tensor_hold_until = None
+        return False
 
-    def _prefill(self, req: GenRequest) -> None:
-        self.stats["num_prompt_tokens"] += len(req.prompt_ids)
-        if req.max_new <= 0:
-            self._finish(req, {"type": "length", "length": 0})
-            return
-        req.slot = len(self._running)
-        want_input = req.return_logprob and req.logprob_start_len >= 0
-        logits, experts = self.im.prefill(req.prompt_ids, req.slot, all_logits=want_input)
-        if want_input:
-            lp = torch.log_softmax(logits.float() / _temp(req.params), dim=-1)
-            ids = req.prompt_ids
-            vals: list[float | None] = [None] + [
-                float(lp[i - 1, ids[i]]) for i in range(1, len(ids))
+    def _apply_tensors(self, upd: _WeightUpdate) -> None:
+        """Validate every name and shape first (a chunk applies whole or not at all), copy."""
+        named = upd.tensors or []
+        try:
+            params = self.model.state_dict()
+            unknown = sorted(n for n, _ in named if n not in params)
+            if unknown:
+                raise ValueError(f"unknown parameter names {unknown[:5]}")
+            bad = [
+                f"{n}: {tuple(t.shape)} != {tuple(params[n].shape)}"
+                for n, t in named
+                if tuple(t.shape) != tuple(params[n].shape)
             ]
-            req.input_logprobs = vals[req.logprob_start_len :]
-            logits = logits[-1]
-        if experts is not None and req.return_routed_experts:
-            req.routed.append(experts.to(torch.int32).cpu())
-        self._running.append(req)
-        self._accept(req, *sample(logits.unsqueeze(0), [req.params], [_gen(req)]))
-        self._retire([r for r in self._running if r.finish is not None])
+            if bad:
+                raise ValueError(f"shape mismatch {bad[:5]}")
+            with torch.no_grad(), self._lock:
+                for n, t in named:
+                    params[n].copy_(t, non_blocking=True)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(
+                        self.device
+                    )  # the sender may free its memory after the ack
+                if upd.version is not None:
+                    self.weight_version = str(upd.version)
+                if upd.final:
+                    self.stats["num_weight_updates"] += 1
+            self._tensor_hold_until = None if upd.final else time.monotonic() + TENSOR_HOLD_S
+            upd.result = {
+                "success": True,
+                "message": "Succeeded to update model weights.",
+                "num_paused_requests": upd.paused,
+            }
+        except Exception as exc:
+            self._tensor_hold_until = None
+            upd.result = {
+                "success": False,
+                "message": f"Failed to update weights: {exc}",
+                "num_paused_requests": upd.paused,
+            }
+        upd.tensors = None
+        del named
+        with self._lock:
+            self._updates.pop(0)
+        upd.done.set()
+
+    def _admit(self) -> None:
+        """Take every waiting request that fits now, then prefill them together."""
+        admitted: list[GenRequest] = []
+        empty: list[GenRequest] = []
+        with self._lock:
+            used = sum(r.reserved for r in self._running)
+            while self._waiting and len(self._running) + len(admitted) < self.max_running:
+                req = self._waiting[0]
+                if req.max_new <= 0:
+                    empty.append(self._waiting.popleft())
+                    continue
+                if (self._running or admitted) and used + req.reserved > self.max_total_tokens:
+                    break
+                admitted.append(self._waiting.popleft())
+                used += req.reserved
+        for req in empty:
+            self.stats["num_prompt_tokens"] += len(req.prompt_ids)
+            self._finish(req, {"type": "length", "length": 0})
+        if admitted:
+            t0 = time.perf_counter()
+            # similar lengths share a chunk: less padding (slot order does not matter)
+            admitted.sort(key=lambda r: len(r.prompt_ids))
+            chunks = prefill_chunks([len(r.prompt_ids) for r in admitted], self.prefill_tokens)
+            for k, chunk in enumerate(chunks):
+                try:
+                    self._prefill([admitted[i] for i in chunk])
+                except Exception as exc:  # the loop fails the running set; fail the rest here
+                    running = set(map(id, self._running))
+                    for rest in chunks[k:]:
+                        for i in rest:
+                            if id(admitted[i]) not in running:
+                                reason = _abort_reason(f"engine error: {exc}", 500)
+                                self._finish(admitted[i], reason)
+                    raise
+            self.timings["prefill_s"] += time.perf_counter() - t0
+
+    def _prefill(self, reqs: list[GenRequest]) -> None:
+        """One ragged forward for ``reqs``, their first tokens, one host transfer."""
+        base = len(self._running)
+        for i, req in enumerate(reqs):
+            self.stats["num_prompt_tokens"] += len(req.prompt_ids)
+            req.slot = base + i
+        want = [r.return_logprob and r.logprob_start_len >= 0 for r in reqs]
+        last, full, experts = self.im.prefill_batch(
+            [r.prompt_ids for r in reqs], [r.slot for r in reqs], want_all=want
+        )
+        for b, req in enumerate(reqs):
+            logits = full[b]
+            if logits is not None:
+                lp = torch.log_softmax(logits.float() / _temp(req.params), dim=-1)
+                ids = req.prompt_ids
+                at = torch.tensor(ids[1:], dtype=torch.long, device=lp.device)
+                picked = lp[torch.arange(len(ids) - 1, device=lp.device), at].tolist()
+                vals: list[float | None] = [None, *picked]
+                req.input_logprobs = vals[req.logprob_start_len :]
+            if experts is not None and req.return_routed_experts:
+                req.routed.append(experts[b].to(torch.int32).cpu())
+        self._running.extend(reqs)
+        self._batch = None
+        sampling = SamplingBatch.build(
+            [r.params for r in reqs], [r.seed for r in reqs], last.device
+        )
+        counters = torch.zeros(len(reqs), dtype=torch.long, device=last.device)
+        toks, lps = sample_batch(last, sampling, counters)
+        self._accept_all(reqs, toks, lps)
+
+    def _build_batch(self) -> _DecodeBatch:
+        running, dev = self._running, self.device
+
+        def t(vals: list[int]) -> torch.Tensor:
+            return torch.tensor(vals, dtype=torch.long, device=dev)
+
+        positions = [r.cached_len for r in running]
+        return _DecodeBatch(
+            tokens=t([r.output_ids[-1] for r in running]),
+            positions=t(positions),
+            counters=t([len(r.output_ids) for r in running]),
+            sampling=SamplingBatch.build(
+                [r.params for r in running], [r.seed for r in running], dev
+            ),
+            kv_len=max(positions) + 1,
+        )
 
     def _decode_step(self) -> None:
+        t0 = time.perf_counter()
         running = self._running
-        tokens = torch.tensor([r.output_ids[-1] for r in running], device=self.device)
-        positions = torch.tensor([r.cached_len for r in running], device=self.device)
-        logits, experts = self.im.decode_step(tokens, positions)
+        batch = self._batch if self._batch is not None else self._build_batch()
+        logits, experts = self.im.decode_step(batch.tokens, batch.positions, kv_len=batch.kv_len)
         self.stats["num_decode_steps"] += 1
-        if experts is not None:
+        if experts is not None and any(r.return_routed_experts for r in running):
             ex = experts.to(torch.int32).cpu()
             for i, r in enumerate(running):
                 if r.return_routed_experts:
                     r.routed.append(ex[i : i + 1])
-        toks, lps = sample(logits, [r.params for r in running], [_gen(r) for r in running])
-        for i, r in enumerate(running):
-            self._accept(r, toks[i : i + 1], lps[i : i + 1])
-        self._retire([r for r in running if r.finish is not None])
+        t1 = time.perf_counter()
+        if self.profile:
+            _sync(self.device)
+            t1 = time.perf_counter()
+            self.timings["forward_s"] += t1 - t0
+        u = None if batch.sampling.all_greedy else batch.next_uniforms()
+        toks, lps = sample_batch(logits, batch.sampling, batch.counters, u=u)
+        if self.profile:
+            _sync(self.device)
+            self.timings["sample_s"] += time.perf_counter() - t1
+        # advance on the device; _retire/_admit drop the batch when the running set changes
+        batch.tokens = toks
+        batch.positions += 1
+        batch.counters += 1
+        batch.kv_len += 1
+        self._batch = batch
+        self._accept_all(running, toks, lps)
+        self.timings["decode_s"] += time.perf_counter() - t0
 
-    def _accept(self, req: GenRequest, tok: torch.Tensor, lp: torch.Tensor) -> None:
-        t = int(tok[0])
-        req.output_ids.append(t)
-        req.output_logprobs.append(float(lp[0]))
-        self.stats["num_generated_tokens"] += 1
+    def _accept_all(self, reqs: list[GenRequest], toks: torch.Tensor, lps: torch.Tensor) -> None:
+        """One host transfer for the whole batch, then per-request stop checks and retire."""
+        both = torch.stack([toks.double(), lps.double()]).tolist()
+        eos = self._eos
+        self.stats["num_generated_tokens"] += len(reqs)
+        for req, tf, lp in zip(reqs, both[0], both[1], strict=True):
+            t = int(tf)
+            out = req.output_ids
+            out.append(t)
+            req.output_logprobs.append(lp)
+            p = req.params
+            if (t == eos and not p.ignore_eos) or p.stop_token_ids or p.stop:
+                self._check_stop(req, t)
+            elif len(out) >= req.max_new:
+                req.finish = {"type": "length", "length": len(out)}
+        self._retire([r for r in self._running if r.finish is not None])
+
+    def _check_stop(self, req: GenRequest, t: int) -> None:
+        """Stop token / EOS / stop string, else the length limit (the slow path)."""
         p = req.params
         n = len(req.output_ids)
         if n >= p.min_new_tokens:
-            eos = getattr(self.tokenizer, "eos_token_id", None)
+            eos = self._eos
             if t in p.stop_token_ids or (not p.ignore_eos and eos is not None and t == eos):
                 req.finish = {"type": "stop", "matched": t}
                 return
@@ -419,6 +641,7 @@ class Engine:
         """Finish ``done`` and compact the survivors into slots ``0..B-1``."""
         if not done:
             return
+        self._batch = None
         gone = set(map(id, done))
         survivors = [r for r in self._running if id(r) not in gone]
         for r in done:
@@ -505,6 +728,23 @@ def _temp(p: SamplingParams) -> float:
     return 1.0 if p.greedy else p.temperature
 
 
-def _gen(req: GenRequest) -> torch.Generator:
-    assert req.generator is not None
-    return req.generator
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def prefill_chunks(lengths: list[int], budget: int) -> list[list[int]]:
+    """Split prompts (in order) into chunks whose padded size ``n * max_len`` stays within
+    ``budget`` tokens; a prompt longer than the budget gets a chunk of its own."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if cur and (len(cur) + 1) * max(longest, n) > budget:
+            chunks.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        chunks.append(cur)
+    return chunks

@@ -6,18 +6,25 @@ reads the blocks' parameters and sub-modules (norms, feed-forwards, routers) and
 own attention over a per-slot KV cache. It must agree with ``model(input_ids)`` on logits
 (see tests/unit/test_engine_forward.py).
 
-Cache layout: one ``[slots, n_kv_heads, capacity, head_dim]`` tensor for keys and one for
-values per layer. The scheduler keeps running requests in slots ``0..B-1`` (it compacts on
-finish), so a decode step attends over the view ``cache[:B, :, :L]`` without gathering.
+Cache layout: one ``[slots, n_kv_heads, cache_len, head_dim]`` tensor for keys and one for
+values per layer (``cache_len``: the capacity rounded up to 64). The scheduler keeps running
+requests in slots ``0..B-1`` (it compacts on finish), so a decode step attends over the view
+``cache[:B, :, :L]`` without gathering. Prefill takes many ragged prompts in one forward;
+decode can run from CUDA graphs bucketed by batch size and attended length ``L``.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
 
 
 class UnsupportedModel(ValueError):
@@ -44,6 +51,7 @@ class _Layer:
     rope: Any
     scale: float
     index: int = 0
+    gqa: bool = False  # fewer KV heads than query heads (SDPA's GQA path only then)
 
 
 def _block_layer(block: Any) -> _Layer:
@@ -145,6 +153,9 @@ class InferenceModel:
         self.device = torch.device(device)
         self.max_slots = max_slots
         self.capacity = capacity
+        # cache rows rounded up to 64 entries: every graph length bucket (and the attention
+        # mask's last dim) stays aligned for the fused SDPA kernels
+        self.cache_len = -(-capacity // 64) * 64
         if getattr(model, "embeddings", None) is None or getattr(model, "lm_head", None) is None:
             raise UnsupportedModel("pipeline-split models are not supported")
         from olmo_core.nn.lm_head import LMHead
@@ -154,14 +165,22 @@ class InferenceModel:
         self.layers = [_block_layer(b) for b in model.blocks.values()]
         for i, layer in enumerate(self.layers):
             layer.index = i
+            layer.gqa = layer.attn.n_kv_heads != layer.attn.n_heads
         self.moe_layers = [i for i, layer in enumerate(self.layers) if layer.moe is not None]
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
         self._rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._compiled: Any = None
+        self.graph_batch_sizes: list[int] = []
+        self.graph_kv_step = 0
+        self._graphs: dict[
+            tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]
+        ] = {}
+        self._graph_pool: Any = None
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
         for layer in self.layers:
-            shape = (max_slots, layer.attn.n_kv_heads, capacity, layer.attn.head_dim)
+            shape = (max_slots, layer.attn.n_kv_heads, self.cache_len, layer.attn.head_dim)
             self.k_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
             self.v_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
 
@@ -322,35 +341,80 @@ class InferenceModel:
         self, token_ids: list[int], slot: int, *, all_logits: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the prompt once, fill ``slot``'s cache; return last (or all) logits and experts."""
-        t = len(token_ids)
-        if not 0 < t <= self.capacity:
-            raise ValueError(f"prompt length {t} outside 1..{self.capacity}")
-        ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
-        positions = torch.arange(t, device=self.device).unsqueeze(0)
+        last, full, experts = self.prefill_batch([token_ids], [slot], want_all=[all_logits])
+        ex = experts[0] if experts is not None else None
+        return (full[0] if all_logits and full[0] is not None else last[0]), ex
+
+    @torch.inference_mode()
+    def prefill_batch(
+        self,
+        seqs: list[list[int]],
+        slots: list[int],
+        *,
+        want_all: list[bool] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
+        """Prefill ragged prompts in ONE forward (right-padded, masked); fill each slot's cache.
+
+        Returns the last-position logits ``(B, V)``, all-position logits for the rows in
+        ``want_all`` (others None; the LM head runs only on those rows), and per-request
+        routed experts ``(len, moe_layers, top_k)`` for MoE models. Padded positions write
+        cache entries past a request's length; decode overwrites each position before it
+        attends to it, so they are never read.
+        """
+        bsz = len(seqs)
+        lens = [len(s) for s in seqs]
+        if bsz == 0 or len(slots) != bsz:
+            raise ValueError("prefill_batch needs one slot per prompt")
+        t = max(lens)
+        if min(lens) <= 0 or t > self.capacity:
+            raise ValueError(f"prompt length outside 1..{self.capacity}")
+        dev = self.device
+        ragged = min(lens) != t
+        rows = [s + [0] * (t - len(s)) for s in seqs]
+        ids = torch.tensor(rows, dtype=torch.long, device=dev)
+        positions = torch.arange(t, device=dev).unsqueeze(0).expand(bsz, t)
+        s0 = slots[0]
+        contiguous = slots == list(range(s0, s0 + bsz))
+        slot_index = None if contiguous else torch.tensor(slots, dtype=torch.long, device=dev)
+        i = torch.arange(t, device=dev)
+        dist = i.unsqueeze(1) - i.unsqueeze(0)  # (T, T) query - key
+        key_ok = None
+        if ragged:
+            lens_t = torch.tensor(lens, device=dev)
+            key_ok = (i.unsqueeze(0) < lens_t.unsqueeze(1)).view(bsz, 1, 1, t)
         masks: dict[int | None, torch.Tensor | None] = {}
+
+        def mask_for(w: int | None) -> torch.Tensor | None:
+            if w not in masks:
+                if not ragged and (w is None or w >= t):
+                    masks[w] = None  # plain causal: let SDPA take its fastest path
+                else:
+                    m = dist >= 0
+                    if w is not None:
+                        m = m & (dist < w)
+                    m = m.view(1, 1, t, t)
+                    masks[w] = m & key_ok if key_ok is not None else m
+            return masks[w]
 
         def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
             q, k, v = self._qkv(layer, inp, positions)
             li = layer.index
-            self.k_cache[li][slot, :, :t] = k[0].transpose(0, 1)
-            self.v_cache[li][slot, :, :t] = v[0].transpose(0, 1)
-            w = layer.window
-            if w not in masks:
-                if w is None or w >= t:
-                    masks[w] = None
-                else:
-                    i = torch.arange(t, device=self.device)
-                    d = i.unsqueeze(1) - i.unsqueeze(0)
-                    masks[w] = (d >= 0) & (d < w)
-            mask = masks[w]
+            kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+            if slot_index is None:
+                self.k_cache[li][s0 : s0 + bsz, :, :t] = kt
+                self.v_cache[li][s0 : s0 + bsz, :, :t] = vt
+            else:
+                self.k_cache[li][slot_index, :, :t] = kt
+                self.v_cache[li][slot_index, :, :t] = vt
+            mask = mask_for(layer.window)
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
-                k.transpose(1, 2),
-                v.transpose(1, 2),
+                kt,
+                vt,
                 attn_mask=mask,
                 is_causal=mask is None,
                 scale=layer.scale,
-                enable_gqa=True,
+                enable_gqa=layer.gqa,
             )
             return self._attn_out(layer, inp, att)
 
@@ -358,9 +422,17 @@ class InferenceModel:
         h = self._embed(ids)
         for layer in self.layers:
             h = self._block(layer, h, attend, routed)
-        logits = self._head(h if all_logits else h[:, -1:])[0]
-        experts = torch.stack(routed, dim=1) if routed else None  # (T, L, k)
-        return (logits if all_logits else logits[-1]), experts
+        last_idx = torch.tensor([n - 1 for n in lens], device=dev)
+        last = self._head(h[torch.arange(bsz, device=dev), last_idx])  # (B, V)
+        full: list[torch.Tensor | None] = [None] * bsz
+        for b, want in enumerate(want_all or []):
+            if want:
+                full[b] = self._head(h[b : b + 1, : lens[b]])[0]
+        experts = None
+        if routed:
+            ex = torch.stack(routed, dim=1).view(bsz, t, len(routed), -1)  # (B, T, L, k)
+            experts = [ex[b, : lens[b]] for b in range(bsz)]
+        return last, full, experts
 
     @torch.inference_mode()
     def decode(
@@ -368,11 +440,25 @@ class InferenceModel:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One step for slots ``0..B-1``: ``tokens[b]`` sits at ``positions[b]``.
 
-        ``kv_len`` bounds the attended cache length (default: max position + 1); CUDA-graph
-        capture passes the full capacity so shapes stay static.
+        ``kv_len`` bounds the attended cache length (default: max position + 1, which costs a
+        device sync); CUDA-graph capture passes its bucket length so shapes stay static.
         """
-        bsz = tokens.shape[0]
         length = int(positions.max().item()) + 1 if kv_len is None else kv_len
+        compiled = self._compiled
+        if compiled is not None:
+            # static shapes per compile: bucket the attended length (extra keys are masked)
+            length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
+            try:
+                return compiled(tokens, positions, length)
+            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
+                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
+                self._compiled = None
+        return self._decode_impl(tokens, positions, length)
+
+    def _decode_impl(
+        self, tokens: torch.Tensor, positions: torch.Tensor, length: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        bsz = tokens.shape[0]
         rows = torch.arange(bsz, device=self.device)
         pos2 = positions.view(bsz, 1)
         j = torch.arange(length, device=self.device).view(1, -1)
@@ -397,7 +483,7 @@ class InferenceModel:
                 vc[:bsz, :, :length],
                 attn_mask=masks[w],
                 scale=layer.scale,
-                enable_gqa=True,
+                enable_gqa=layer.gqa,
             )
             return self._attn_out(layer, inp, att)
 
@@ -411,49 +497,95 @@ class InferenceModel:
 
     # ---- CUDA graphs (optional, dense models on GPU) -----------------------------------------
 
-    def enable_cuda_graphs(self, batch_sizes: list[int] | None = None) -> None:
-        """Capture ``decode`` for batch-size buckets over the full cache length.
+    def enable_cuda_graphs(self, batch_sizes: list[int] | None = None, kv_step: int = 256) -> None:
+        """Serve ``decode`` from CUDA graphs bucketed over batch size and KV length.
 
-        MoE layers pick experts data-dependently (not capturable), so they are refused.
-        Padded rows write into free slots beyond the batch, which no request reads.
+        A graph for bucket ``(bs, L)`` attends ``cache[:bs, :, :L]``; buckets are captured
+        lazily on first use (``warm_graphs`` captures ahead), sharing one memory pool.
+        ``kv_step`` 0 means one length bucket, the whole cache row. MoE layers pick experts
+        data-dependently (not capturable), so they are refused. Padded rows write into free
+        slots beyond the batch, which no request reads.
         """
         if self.device.type != "cuda":
             raise UnsupportedModel("CUDA graphs need --device cuda")
         if self.is_moe:
             raise UnsupportedModel("CUDA graphs are not supported for MoE models")
-        sizes = batch_sizes or sorted({min(2**i, self.max_slots) for i in range(16)})
-        self._graphs: dict[int, tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        for bs in sorted(set(sizes)):
+        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes)
+        self.graph_kv_step = max(0, int(kv_step))
+        self._graphs = {}
+        self._graph_pool = torch.cuda.graph_pool_handle()
+
+    def warm_graphs(self, max_kv_len: int | None = None) -> int:
+        """Capture every bucket up to ``max_kv_len`` now (keeps capture out of timed runs)."""
+        if not self.graph_batch_sizes:
+            return 0
+        top = min(self.cache_len, max_kv_len or self.cache_len)
+        lengths = sorted(
+            {
+                kv_bucket(n, self.graph_kv_step, self.cache_len)
+                for n in range(1, top + 1, max(1, self.graph_kv_step or top))
+            }
+            | {kv_bucket(top, self.graph_kv_step, self.cache_len)}
+        )
+        for bs in self.graph_batch_sizes:
+            for length in lengths:
+                self._graph(bs, length)
+        return len(self._graphs)
+
+    def _graph(self, bs: int, length: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        key = (bs, length)
+        if key not in self._graphs:
             tok = torch.zeros(bs, dtype=torch.long, device=self.device)
             pos = torch.zeros(bs, dtype=torch.long, device=self.device)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self.decode(tok, pos, kv_len=self.capacity)
+                    self.decode(tok, pos, kv_len=length)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out, _ = self.decode(tok, pos, kv_len=self.capacity)
-            self._graphs[bs] = (graph, tok, pos, out)
+            # thread_local: CUDA work on other threads (an in-process trainer) cannot
+            # invalidate a capture that happens lazily on the scheduler thread
+            with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
+                out, _ = self.decode(tok, pos, kv_len=length)
+            self._graphs[key] = (graph, tok, pos, out)
+        return self._graphs[key]
 
     def decode_step(
-        self, tokens: torch.Tensor, positions: torch.Tensor
+        self, tokens: torch.Tensor, positions: torch.Tensor, kv_len: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``decode`` through a captured graph when one fits, else eagerly."""
-        graphs = getattr(self, "_graphs", None)
+        """``decode`` through a captured graph when one fits, else eagerly.
+
+        ``kv_len`` (max position + 1) lets callers that know it skip a device sync.
+        """
         bsz = tokens.shape[0]
-        if graphs:
-            fits = [b for b in graphs if b >= bsz]
-            if fits:
-                graph, tok, pos, out = graphs[min(fits)]
-                tok.zero_()
-                pos.zero_()
+        if kv_len is None:
+            kv_len = int(positions.max().item()) + 1
+        if self.graph_batch_sizes:
+            bucket = graph_bucket(
+                bsz, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
+            )
+            if bucket is not None:
+                graph, tok, pos, out = self._graph(*bucket)
+                if bucket[0] > bsz:
+                    tok[bsz:].zero_()
+                    pos[bsz:].zero_()
                 tok[:bsz].copy_(tokens)
                 pos[:bsz].copy_(positions)
                 graph.replay()
                 return out[:bsz].clone(), None
-        return self.decode(tokens, positions)
+        return self.decode(tokens, positions, kv_len=kv_len)
+
+    def enable_compile(self, mode: str | None = None) -> None:
+        """Run ``decode`` through ``torch.compile`` (fuses RoPE, norms, masks); on any
+        compile error the engine logs it once and stays eager."""
+        import torch._dynamo
+
+        cfg = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+            if hasattr(cfg, knob):
+                setattr(cfg, knob, max(int(getattr(cfg, knob)), 512))
+        self._compiled = torch.compile(self._decode_impl, dynamic=False, mode=mode)
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         """Copy one request's cache to another slot (compaction after a finish)."""
@@ -465,3 +597,27 @@ class InferenceModel:
 
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+
+
+def graph_batch_sizes(max_slots: int, sizes: list[int] | None = None) -> list[int]:
+    """Batch buckets: the given sizes (clipped to the slots) or powers of two, always
+    including ``max_slots`` so every batch fits a graph."""
+    base = sizes or [2**i for i in range(16)]
+    return sorted({min(int(b), max_slots) for b in base if int(b) > 0} | {max_slots})
+
+
+def kv_bucket(kv_len: int, step: int, capacity: int) -> int:
+    """Attended length for a step whose longest request needs ``kv_len`` entries."""
+    if step <= 0:
+        return capacity
+    return min(capacity, -(-kv_len // step) * step)
+
+
+def graph_bucket(
+    bsz: int, kv_len: int, batch_sizes: list[int], kv_step: int, capacity: int
+) -> tuple[int, int] | None:
+    """The ``(batch, length)`` graph serving a step, or None (run eagerly)."""
+    fits = [b for b in batch_sizes if b >= bsz]
+    if not fits or kv_len > capacity:
+        return None
+    return min(fits), kv_bucket(kv_len, kv_step, capacity)
