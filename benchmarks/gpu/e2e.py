@@ -3,7 +3,8 @@
 generation (embedded engine, continuous batching, optional CUDA graphs) -> scoring
 (``task.reward``) -> update (``runtime.trainer.Trainer.train_step``, GRPO) -> publication
 (``--publish disk``: safetensors snapshot + ``Engine.update_weights``, the embedded
-default; ``tensor``: in-process GPU copy). The components are composed directly here (not
+default; ``tensor``: ``runtime.publication.tensor.ColocatedPublisher``, device copies into
+the in-process engine plus the device checksum audit). The components are composed directly here (not
 through ``rlc run``), so this measures the work of a collection, not orchestration.
 Compare with ``benchmarks/trl_grpo.py`` on the same prompts/reward/lengths/batch.
 
@@ -115,6 +116,10 @@ def main() -> int:
         temperature=1.0,
         ignore_eos=True,
     )
+    from runtime.publication.tensor import ColocatedPublisher
+
+    colocated = ColocatedPublisher([eng], audit=True)
+    pub_detail: list[dict[str, float]] = []
     colls: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for c in range(args.collections):
@@ -143,12 +148,11 @@ def main() -> int:
                 res = eng.update_weights(str(path), version=str(c + 1), abort_all=False)
                 if not res.get("success"):
                     raise RuntimeError(res)
-            else:
-                with torch.no_grad():
-                    src = trainer.state_dict_for_publication(dtype=dtype, device=args.device)
-                    for name, t in loaded.model.state_dict().items():
-                        t.copy_(src[name])
-                    del src
+            else:  # the runtime's colocated path: device copies into the in-process engine
+                res = colocated.publish(
+                    trainer.state_dict_for_publication(device=args.device), c + 1
+                )
+                pub_detail.append({"copy_s": res.send_s, "audit_s": res.audit_s})
             sync()
             t_pub = time.perf_counter()
             row = {
@@ -179,6 +183,7 @@ def main() -> int:
         "cuda_graph": graph,
         "setup_s": setup_s,
         "collections": colls,
+        "tensor_publication": pub_detail,
         "median_after_first_s": med,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

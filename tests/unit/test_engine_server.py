@@ -135,7 +135,7 @@ def test_health_endpoints_and_info(server):
     assert srv_info["num_requests_total"] >= 1
     assert httpx.get(server.url + "/get_weight_checksum").json()["checksum"].startswith("sha256:")
     r = post(server, "/update_weights_from_tensor", {"serialized_named_tensors": []})
-    assert r.status_code == 501
+    assert r.status_code == 400 and "serialized_named_tensors" in r.json()["message"]
 
 
 def test_abort_request_returns_abort_reason(server):
@@ -212,3 +212,19 @@ def test_routed_experts_moe_and_dense(server, moe_server):
     assert len(raw) == 4 * (3 + 3 - 1) * 2 * 2  # int32 x (tokens-1, layers, top_k)
     dense = post(server, "/generate", body).json()
     assert dense["meta_info"]["routed_experts"] == ""
+
+
+def test_http2_probe_is_not_logged_as_an_error(server, caplog):
+    """sglang-router sends an HTTP/2 preface first; it must not spam the log with tracebacks."""
+    import logging
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(server.url)
+    with caplog.at_level(logging.INFO, logger="aiohttp.server"):
+        with socket.create_connection((u.hostname, u.port), timeout=5) as s:
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            s.recv(1024)
+        time.sleep(0.2)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200

@@ -152,6 +152,13 @@ CASES: list[tuple[str, str, str]] = [
         '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\ngpus = 2\n[inference]\ngpus = 2\n',
     ),
     (
+        "tensor-publication-same-node",
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\n'
+        'placement = "disaggregated"\n[runtime]\npublication_transport = "tensor"  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\n'
+        'placement = "disaggregated"\n[runtime]\npublication_transport = "disk"\n',
+    ),
+    (
         "colocated-multinode",
         '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "colocated"  # <-\n',
         '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n',

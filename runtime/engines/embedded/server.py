@@ -4,8 +4,12 @@ Shapes follow SGLang's ``http_server.py``/``io_struct.py`` (see the reference an
 ``/generate`` takes ``input_ids`` or ``text`` (single or batch), ``sampling_params``,
 ``return_logprob``, ``logprob_start_len``, ``return_routed_experts``, ``rid``; answers
 ``{"text", "output_ids", "meta_info"}`` (a list for batch input or ``n > 1``). Validation
-errors are 400. Streaming is not supported (400). ``/update_weights_from_tensor`` answers
-501: the CPU engine reloads from disk only.
+errors are 400. Streaming is not supported (400). ``/update_weights_from_tensor`` takes
+SGLang's body (``serialized_named_tensors``: one base64 entry per tensor-parallel rank, here
+exactly one; ``load_format`` None or ``direct``; ``flush_cache``; ``abort_all_requests``;
+``weight_version``); the tensors are CUDA IPC or shared-memory handles
+(``runtime.publication.ipc``). ``flush_cache=false`` marks a chunk that more chunks of the
+same version follow: admission stays paused until the last one.
 """
 
 from __future__ import annotations
@@ -197,15 +201,59 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     return web.json_response(result, status=200 if result.get("success") else 400)
 
 
-async def update_weights_from_tensor(request: web.Request) -> web.Response:
-    return web.json_response(
-        {
-            "success": False,
-            "message": "update_weights_from_tensor is not implemented by the embedded engine; "
-            "use update_weights_from_disk",
-        },
-        status=501,
+def _tensor_update_args(body: Any) -> tuple[str, bool, bool, str | None]:
+    """Validate an ``/update_weights_from_tensor`` body (raises ``BadRequest``)."""
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    shards = body.get("serialized_named_tensors")
+    if not isinstance(shards, list) or not shards:
+        raise BadRequest("serialized_named_tensors must be a non-empty list (one entry per rank)")
+    if len(shards) != 1:
+        raise BadRequest(
+            f"serialized_named_tensors has {len(shards)} entries; this engine has one rank"
+        )
+    load_format = body.get("load_format")
+    if load_format not in (None, "direct", "auto"):
+        raise BadRequest(f"load_format {load_format!r} is not supported (direct)")
+    flags = {}
+    for key, default in (("flush_cache", True), ("abort_all_requests", False)):
+        value = body.get(key, default)
+        if not isinstance(value, bool):
+            raise BadRequest(f"{key} must be true or false, got {value!r}")
+        flags[key] = value
+    version = body.get("weight_version")
+    if version is not None and not isinstance(version, str | int):
+        raise BadRequest(f"weight_version must be a string, got {version!r}")
+    return (
+        shards[0],
+        flags["flush_cache"],
+        flags["abort_all_requests"],
+        None if version is None else str(version),
     )
+
+
+async def update_weights_from_tensor(request: web.Request) -> web.Response:
+    from runtime.publication.ipc import PayloadError, deserialize_named_tensors
+
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error("request body must be JSON")
+    try:
+        shard, final, abort_all, version = _tensor_update_args(body)
+        named = await asyncio.to_thread(deserialize_named_tensors, shard)
+    except (BadRequest, PayloadError) as exc:
+        return _error(str(exc))
+    result = await asyncio.to_thread(
+        engine.update_weights_from_tensors,
+        named,
+        version=version,
+        abort_all=abort_all,
+        final=final,
+    )
+    del named  # the sender may free its tensors once we answer
+    return web.json_response(result, status=200 if result.get("success") else 400)
 
 
 async def get_model_info(request: web.Request) -> web.Response:
@@ -221,6 +269,7 @@ async def get_model_info(request: web.Request) -> web.Response:
             "has_audio_understanding": False,
             "model_type": "olmo_core",
             "architectures": [type(engine.model).__name__],
+            "dtype": str(next(engine.model.parameters()).dtype).removeprefix("torch."),
         }
     )
 
@@ -249,7 +298,10 @@ async def get_weight_version(request: web.Request) -> web.Response:
 
 async def get_weight_checksum(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    checksum = await asyncio.to_thread(engine.checksum)
+    kind = request.query.get("kind", "sha256")
+    if kind not in ("sha256", "wsum64"):
+        return _error(f"kind {kind!r} is not supported (sha256, wsum64)")
+    checksum = await asyncio.to_thread(engine.checksum, kind)
     return web.json_response({"checksum": checksum, "weight_version": engine.weight_version})
 
 
@@ -268,7 +320,23 @@ async def abort_request(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+class _Http2ProbeFilter(logging.Filter):
+    """sglang-router probes each worker with an HTTP/2 (gRPC) preface before it settles on
+    HTTP/1.1; aiohttp logs each probe as an error with a traceback. Keep one quiet line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and "PRI/Upgrade" in str(exc):
+            record.msg, record.args, record.exc_info = "ignored an HTTP/2 probe", (), None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _Http2ProbeFilter) for f in server_log.filters):
+        server_log.addFilter(_Http2ProbeFilter())
     app = web.Application(client_max_size=512 * 1024 * 1024)
     app[ENGINE_KEY] = engine
     app[INFO_KEY] = dict(server_args)  # type: ignore[index]

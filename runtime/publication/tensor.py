@@ -1,0 +1,198 @@
+"""Tensor publication: trainer weights reach same-node engines without a disk round trip.
+
+- ``ColocatedPublisher``: the engine lives in the trainer process (``InProcessServer``);
+  each tensor is copied device to device into the engine's parameters (the copy kernel casts
+  fp32 -> bf16), under the engine's pause protocol.
+- ``TensorPublisher``: the engine is another process on the same node; the trainer's tensors
+  travel as CUDA IPC (GPU) or shared-memory (CPU) handles in ``/update_weights_from_tensor``
+  bodies, in buckets of ``bucket_bytes``, so a sender-side cast or contiguous copy never
+  needs more than one bucket. Non-final buckets carry ``flush_cache=false``: the engine keeps
+  admission paused until the last bucket, which carries ``weight_version``.
+
+Both check afterwards that the engine's device checksum (``wsum64``) equals the trainer's,
+so a wrong, missing or stale tensor fails the publication loudly. Disk publication stays the
+fallback and the path to engines on other nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from .audit import WeightAuditError
+from .checksum import device_checksum
+from .disk import DiskPublisher, PublicationError, engine_version
+from .ipc import serialize_named_tensors
+
+DEFAULT_BUCKET_BYTES = 512 * 1024**2
+TRANSPORTS = ("disk", "tensor")
+
+
+@dataclass
+class TensorPublishResult:
+    version: int
+    buckets: int
+    bytes: int
+    send_s: float
+    audit_s: float
+
+
+def buckets(
+    state: Mapping[str, torch.Tensor], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive groups of at most ``bucket_bytes`` (a larger tensor is a bucket alone)."""
+    group: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, t in state.items():
+        n = t.numel() * t.element_size()
+        if group and size + n > bucket_bytes:
+            yield group
+            group, size = [], 0
+        group.append((name, t))
+        size += n
+    if group:
+        yield group
+
+
+def _float_dtype(name: str | None) -> torch.dtype | None:
+    value = getattr(torch, name, None) if name else None
+    return value if isinstance(value, torch.dtype) else None
+
+
+class ColocatedPublisher:
+    """Direct device copies into in-process engines (``Engine`` objects, not URLs)."""
+
+    def __init__(self, engines: Sequence[Any], *, audit: bool = True) -> None:
+        self.engines = list(engines)
+        self.do_audit = audit
+
+    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> TensorPublishResult:
+        t0 = time.monotonic()
+        named = [(n, t.detach()) for n, t in state_dict.items()]
+        for engine in self.engines:
+            res = engine.update_weights_from_tensors(named, version=str(version))
+            if not res.get("success"):
+                raise PublicationError(
+                    f"in-process engine refused v{version}: {res.get('message')}"
+                )
+        t1 = time.monotonic()
+        if self.do_audit:
+            self.audit(state_dict)
+        size = sum(t.numel() * t.element_size() for _, t in named)
+        return TensorPublishResult(version, 1, size, t1 - t0, time.monotonic() - t1)
+
+    def audit(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        for engine in self.engines:
+            dtype = next(engine.model.parameters()).dtype
+            want = device_checksum(state_dict, dtype=dtype)
+            got = engine.checksum("wsum64")
+            if got != want:
+                raise WeightAuditError(
+                    f"in-process engine weights differ after publication\n"
+                    f"  trainer: {want}\n  engine:  {got}"
+                )
+
+
+class TensorPublisher:
+    """``/update_weights_from_tensor`` to engines on this node (same interface as disk)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        timeout_s: float,
+        *,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        audit: bool = True,
+    ) -> None:
+        self.urls = list(urls)
+        self.timeout_s = timeout_s
+        self.bucket_bytes = bucket_bytes
+        self.do_audit = audit
+        self._dtypes: dict[str, torch.dtype | None] = {}
+
+    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> TensorPublishResult:
+        t0 = time.monotonic()
+        groups = list(buckets(state_dict, self.bucket_bytes))
+        for url in self.urls:
+            for i, group in enumerate(groups):
+                last = i == len(groups) - 1
+                self._post(url, group, version, last)
+            got = engine_version(url, self.timeout_s)
+            if got != str(version):
+                raise PublicationError(
+                    f"engine {url} reports weight_version {got!r} after loading v{version}"
+                )
+        t1 = time.monotonic()
+        if self.do_audit:
+            self.audit(state_dict)
+        size = sum(t.numel() * t.element_size() for t in state_dict.values())
+        return TensorPublishResult(version, len(groups), size, t1 - t0, time.monotonic() - t1)
+
+    def _post(
+        self, url: str, group: list[tuple[str, torch.Tensor]], version: int, last: bool
+    ) -> None:
+        # ``group`` (the sender's tensors) stays referenced until the engine has answered
+        body: dict[str, Any] = {
+            "serialized_named_tensors": [serialize_named_tensors(group)],
+            "load_format": "direct",
+            "flush_cache": last,
+            "abort_all_requests": False,
+        }
+        if last:
+            body["weight_version"] = str(version)
+        try:
+            r = httpx.post(f"{url}/update_weights_from_tensor", json=body, timeout=self.timeout_s)
+            data = r.json() if r.content else {}
+        except (httpx.HTTPError, ValueError) as exc:
+            raise PublicationError(
+                f"engine {url} did not take weights v{version}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if r.status_code != 200 or not data.get("success", False):
+            message = data.get("message") or (data.get("error") or {}).get("message") or r.text
+            raise PublicationError(
+                f"engine {url} refused weights v{version} (HTTP {r.status_code}): {message}"
+            )
+
+    def _engine_dtype(self, url: str) -> torch.dtype | None:
+        if url not in self._dtypes:
+            r = httpx.get(f"{url}/get_model_info", timeout=self.timeout_s)
+            r.raise_for_status()
+            self._dtypes[url] = _float_dtype(r.json().get("dtype"))
+        return self._dtypes[url]
+
+    def audit(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, str]:
+        """Device checksums: trainer (cast to each engine's dtype) against every engine."""
+        mine: dict[torch.dtype | None, str] = {}
+        got: dict[str, str] = {}
+        for url in self.urls:
+            dtype = self._engine_dtype(url)
+            if dtype not in mine:
+                mine[dtype] = device_checksum(state_dict, dtype=dtype)
+            r = httpx.get(
+                f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
+            )
+            r.raise_for_status()
+            got[url] = str(r.json().get("checksum"))
+            if got[url] != mine[dtype]:
+                raise WeightAuditError(
+                    "weight audit failed: engine weights differ from the trainer's\n"
+                    f"  trainer: {mine[dtype]}\n  {url}: {got[url]}"
+                )
+        return got
+
+
+def make_publisher(
+    transport: str, urls: Sequence[str], timeout_s: float, root: Path
+) -> DiskPublisher | TensorPublisher:
+    """The publisher the spec's ``runtime.publication_transport`` names."""
+    if transport == "tensor":
+        return TensorPublisher(urls, timeout_s)
+    if transport == "disk":
+        return DiskPublisher(root, urls, timeout_s)
+    raise ValueError(f"unknown publication transport {transport!r} (one of {TRANSPORTS})")
