@@ -63,6 +63,7 @@ class TrainingConfig:
     max_refill_rounds: int = 2
     max_run_seconds: int | None = None
     eval_interval: int | None = None
+    skip_eval_before_train: bool = True
     algorithm: str = "grpo"
 
 
@@ -130,6 +131,62 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class EvalTaskConfig:
+    """One ``[[evaluation.tasks]]`` entry (an olmo-eval task name plus overrides)."""
+
+    task: str
+    interval: int | None = None
+    generation: dict[str, Any] = field(default_factory=dict)
+    scoring: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """``[evaluation]``: how held-out prompts are sampled, and when (shared or background)."""
+
+    mode: str = "shared"
+    temperature: float = 0.0
+    samples_per_prompt: int = 1
+    max_response_length: int = 4096
+    interval: int | None = None
+    initial: bool = True
+    final: bool = True
+    gpus: int = 1
+    submit_timeout_s: float = 30.0
+    tasks: tuple[EvalTaskConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class JudgeBinding:
+    """A verifier name scored by a judge with a rubric: the client settings it needs."""
+
+    verifier: str
+    judge: str
+    rubric: str
+    mode: str
+    url: str | None
+    model: str
+    profile: str
+    timeout_s: float
+    concurrency: int
+    max_tokens: int
+    temperature: float
+
+    def verifier_settings(self, failure_policy: str) -> dict[str, Any]:
+        """Settings for `runtime.rewards.judge.JudgeVerifier`."""
+        return {
+            "url": self.url,
+            "model": self.model,
+            "rubric": self.profile,
+            "concurrency": self.concurrency,
+            "timeout_s": self.timeout_s,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "failure_policy": failure_policy,
+        }
+
+
+@dataclass(frozen=True)
 class RuntimeSettings:
     health_timeout_s: float = 5.0
     generate_timeout_s: float = 120.0
@@ -171,6 +228,12 @@ class Paths:
     rollouts: Path
     export_hf: Path
     engine_weights: Path
+    eval_snapshots: Path = Path("eval-snapshots")
+
+    @property
+    def eval_dir(self) -> Path:
+        """Evaluation results: ``metrics.jsonl`` and one directory per evaluated update."""
+        return self.root / "eval"
 
     def ensure(self) -> None:
         for p in (self.root, self.checkpoints, self.rollouts, self.engine_weights):
@@ -201,6 +264,9 @@ class RunConfig:
     engine_argv: tuple[tuple[str, ...], ...]
     router_argv: tuple[str, ...]
     config: dict[str, Any]
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    judge_bindings: dict[str, JudgeBinding] = field(default_factory=dict)
+    manifest_path: Path | None = None
 
     @property
     def samples_per_collection(self) -> int:
@@ -284,7 +350,90 @@ def _paths(manifest: dict[str, Any], output: dict[str, Any]) -> Paths:
         rollouts=path("rollouts", "rollouts"),
         export_hf=path("export_hf", "export-hf"),
         engine_weights=path("engine_weights", "publish"),
+        eval_snapshots=path("eval_snapshots", "eval-snapshots"),
     )
+
+
+def _evaluation(ev: dict[str, Any], inference: InferenceConfig) -> EvaluationConfig:
+    mode = str(_get(ev, "mode", "shared"))
+    if mode not in ("shared", "background"):
+        raise ConfigError(f"evaluation.mode must be 'shared' or 'background', got {mode!r}")
+    tasks = []
+    for i, t in enumerate(ev.get("tasks") or []):
+        if not isinstance(t, dict) or not t.get("task"):
+            raise ConfigError(f"config.evaluation.tasks[{i}] must be a table with a 'task' name")
+        tasks.append(
+            EvalTaskConfig(
+                task=str(t["task"]),
+                interval=None if t.get("interval") is None else int(t["interval"]),
+                generation=dict(t.get("generation") or {}),
+                scoring=dict(t.get("scoring") or {}),
+            )
+        )
+    out = EvaluationConfig(
+        mode=mode,
+        temperature=float(_get(ev, "temperature", 0.0)),
+        samples_per_prompt=int(_get(ev, "samples_per_prompt", 1)),
+        max_response_length=int(_get(ev, "max_response_length", inference.max_response_length)),
+        interval=None if ev.get("interval") is None else int(ev["interval"]),
+        initial=bool(_get(ev, "initial", True)),
+        final=bool(_get(ev, "final", True)),
+        gpus=int(_get(ev, "gpus", 1)),
+        submit_timeout_s=float(_get(ev, "submit_timeout", 30)),
+        tasks=tuple(tasks),
+    )
+    if out.samples_per_prompt < 1 or out.max_response_length < 1 or out.temperature < 0:
+        raise ConfigError(
+            "evaluation.samples_per_prompt and max_response_length must be >= 1 and "
+            "temperature >= 0"
+        )
+    return out
+
+
+def _judge_bindings(config: dict[str, Any], plan: dict[str, Any]) -> dict[str, JudgeBinding]:
+    """``[judging.bindings.VERIFIER]`` joined with its ``[judges.NAME]`` and ``[rubrics.NAME]``.
+
+    An external judge is reached at its endpoint; a managed one at the port the compiled
+    placement gave it (on the node it was placed on; loopback on a single node).
+    """
+    judges = _sec(config, "judges")
+    rubrics = _sec(config, "rubrics")
+    bindings = _sec(_sec(config, "judging"), "bindings")
+    placed = {str(j.get("name")): j for j in ((plan.get("placement") or {}).get("judges") or [])}
+    out: dict[str, JudgeBinding] = {}
+    for verifier, b in sorted(bindings.items()):
+        if not isinstance(b, dict):
+            raise ConfigError(f"config.judging.bindings.{verifier} must be a table")
+        jname, rname = str(b.get("judge", "")), str(b.get("rubric", ""))
+        judge, rubric = judges.get(jname), rubrics.get(rname)
+        if not isinstance(judge, dict):
+            raise ConfigError(f"judging.bindings.{verifier}: no [judges.{jname}]")
+        if not isinstance(rubric, dict):
+            raise ConfigError(f"judging.bindings.{verifier}: no [rubrics.{rname}]")
+        mode = str(judge.get("mode", "external"))
+        if mode == "external":
+            url: str | None = str(judge.get("endpoint") or "") or None
+            if url is None:
+                raise ConfigError(f"judges.{jname}: an external judge needs an endpoint")
+        elif jname in placed:
+            host = str(placed[jname].get("host") or "127.0.0.1")
+            url = f"http://{host}:{int(placed[jname]['port'])}"
+        else:
+            raise ConfigError(f"judges.{jname} is managed but the plan did not place it")
+        out[str(verifier)] = JudgeBinding(
+            verifier=str(verifier),
+            judge=jname,
+            rubric=rname,
+            mode=mode,
+            url=url,
+            model=str(judge.get("model") or "judge"),
+            profile=str(rubric.get("profile") or ""),
+            timeout_s=float(_get(judge, "timeout", 120)),
+            concurrency=int(_get(judge, "max_concurrent_calls", 16)),
+            max_tokens=int(_get(rubric, "max_response_tokens", 2048)),
+            temperature=float(_get(rubric, "temperature", 1.0)),
+        )
+    return out
 
 
 def from_manifest(manifest: dict[str, Any]) -> RunConfig:
@@ -365,6 +514,7 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
             max_refill_rounds=int(_get(training, "max_refill_rounds", 2)),
             max_run_seconds=training.get("max_run_seconds"),
             eval_interval=training.get("eval_interval"),
+            skip_eval_before_train=bool(_get(training, "skip_eval_before_train", True)),
             algorithm=str(_get(training, "algorithm", "grpo")),
         ),
         trainer=TrainerConfig(
@@ -413,4 +563,6 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
         ),
         router_argv=tuple(str(a) for a in commands.get("router_argv") or ()),
         config=config,
+        evaluation=_evaluation(_sec(config, "evaluation"), inference),
+        judge_bindings=_judge_bindings(config, plan),
     )

@@ -49,15 +49,20 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 class MetricsWriter:
-    """Append-only jsonl writer with resume truncation."""
+    """Append-only jsonl writer with resume truncation.
 
-    def __init__(self, path: str | Path) -> None:
+    ``key`` names the step field records are ordered by: ``collection`` for the run's
+    metrics, ``update`` for the evaluation log (``eval/metrics.jsonl``).
+    """
+
+    def __init__(self, path: str | Path, key: str = "collection") -> None:
         self.path = Path(path)
+        self.key = key
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def truncate_from(self, collection: int) -> None:
-        """Keep only records of collections before ``collection`` (on resume or fresh start)."""
-        keep = [r for r in read_metrics(self.path) if int(r.get("collection", -1)) < collection]
+        """Keep only records of steps before ``collection`` (on resume or fresh start)."""
+        keep = [r for r in read_metrics(self.path) if int(r.get(self.key, -1)) < collection]
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         with open(tmp, "w") as f:
             for r in keep:

@@ -149,6 +149,47 @@ RUBRICS: dict[str, Rubric] = {
             min_score=0.0,
             max_score=1.0,
         ),
+        # The spec's [rubrics.NAME] profiles (compiler/spec/judges.py), by their names.
+        Rubric(
+            name="open-instruct/general-quality",
+            description="general response quality without a reference, 1-10",
+            system=(
+                "You are an impartial grader of assistant responses. Judge the response on "
+                "correctness, helpfulness, completeness, clarity and safety for the user's "
+                "request. Do not reward length for its own sake. Give a score from 1 (very "
+                f"poor) to 10 (excellent) after a short justification. {_FORMAT}"
+            ),
+            template="[User request]\n{prompt}\n\n[Assistant response]\n{response}",
+        ),
+        Rubric(
+            name="open-instruct/general-quality_ref",
+            description="general response quality against a reference answer, 1-10",
+            system=(
+                "You are an impartial grader of assistant responses. A reference response is "
+                "given: use it to judge correctness and completeness, but do not require the "
+                "same wording. Give a score from 1 (wrong or unhelpful) to 10 (as good as or "
+                f"better than the reference) after a short justification. {_FORMAT}"
+            ),
+            template=(
+                "[User request]\n{prompt}\n\n[Reference response]\n{reference}\n\n"
+                "[Assistant response]\n{response}"
+            ),
+        ),
+        Rubric(
+            name="open-instruct/general-web_instruct_general_verifier",
+            description="final answer matches the reference answer (1) or not (0)",
+            system=(
+                "You verify answers. Compare the final answer in the response with the "
+                "reference answer; ignore the reasoning and formatting differences that do not "
+                "change the answer. Answer with a final line `SCORE: 1` when they agree and "
+                "`SCORE: 0` otherwise."
+            ),
+            template=(
+                "[Question]\n{prompt}\n\n[Reference answer]\n{reference}\n\n[Response]\n{response}"
+            ),
+            min_score=0.0,
+            max_score=1.0,
+        ),
     )
 }
 

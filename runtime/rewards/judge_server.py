@@ -163,3 +163,87 @@ def add_openai_routes(
 def _error(message: str, status: int) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+
+
+class JudgeServer:
+    """Serve ``add_openai_routes`` on loopback from a background thread.
+
+    For tools and tests that need a real OpenAI-compatible judge endpoint next to a run:
+    ``with JudgeServer(generate_fn) as srv: srv.url``. ``requests`` counts the chat
+    completions answered.
+    """
+
+    def __init__(
+        self,
+        generate_fn: GenerateFn,
+        tokenizer: Any = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        model_name: str = "rlc-judge",
+    ) -> None:
+        import socket
+
+        self.host = host
+        if port is None:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+        self.port = port
+        self.requests = 0
+        self._generate_fn = generate_fn
+        self._tokenizer = tokenizer
+        self._model_name = model_name
+        self._loop: Any = None
+        self._thread: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _counted(self, prompt: Any, params: dict[str, Any]) -> Any:
+        self.requests += 1
+        return self._generate_fn(prompt, params)
+
+    def start(self) -> JudgeServer:
+        import asyncio
+        import threading
+
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            add_openai_routes(app, self._counted, self._tokenizer, self._model_name)
+            runner = web.AppRunner(app, access_log=None)
+            try:
+                loop.run_until_complete(runner.setup())
+                loop.run_until_complete(web.TCPSite(runner, self.host, self.port).start())
+            except BaseException as exc:  # surfaced by start()
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="judge-http", daemon=True)
+        self._thread.start()
+        if not ready.wait(30) or errors:
+            raise RuntimeError(f"judge server did not start: {errors[0] if errors else 'timeout'}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> JudgeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -23,6 +23,7 @@ from runtime.config import RunConfig
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.rollout.buffer import BufferClosed, GroupBuffer
 from runtime.rollout.collect import Collector, CollectStats, reward_summary
+from runtime.rollout.evaluators import EvaluatorLike
 from runtime.rollout.types import Group, Sample
 
 
@@ -115,6 +116,7 @@ class GRPOLoop:
         progress: ProgressView | None = None,
         stop: StopFlag | None = None,
         prompt_lookup: Callable[[str], Any] | None = None,
+        evaluator: EvaluatorLike | None = None,
     ) -> None:
         self.cfg = cfg
         self.trainer = trainer
@@ -128,6 +130,7 @@ class GRPOLoop:
         self.progress = progress
         self.stop = stop if stop is not None else StopFlag()
         self.prompt_lookup = prompt_lookup
+        self.evaluator = evaluator
         self._pending: list[Any] = []
         if state.pending_prompt_ids and prompt_lookup is not None:
             self._pending = [prompt_lookup(pid) for pid in state.pending_prompt_ids]
@@ -255,6 +258,17 @@ class GRPOLoop:
         self.last_saved = self.state.collection
         return secs
 
+    def _maybe_evaluate(self, final: bool) -> dict[str, Any]:
+        """Evaluate the policy just published (update = policy version) when it is due.
+
+        Runs on the loop's thread between publication and the checkpoint, so the weights
+        cannot change under it and a checkpoint never precedes its update's evaluation.
+        """
+        update = self.state.policy_version
+        if self.evaluator is None or not self.evaluator.due(update, final):
+            return {}
+        return dict(self.evaluator(update))
+
     def _out_of_time(self) -> bool:
         budget = self.cfg.training.max_run_seconds
         if budget and time.monotonic() - self.t_start > float(budget):
@@ -275,6 +289,7 @@ class GRPOLoop:
         self.state.collection = c + 1
         self.state.sampler = self.sampler.state()
         self.state.pending_prompt_ids = [p.id for p in self._pending]
+        eval_m = self._maybe_evaluate(final=c + 1 == self.cfg.training.num_rollouts)
         times = {
             "generate_s": cstats.generate_s,
             "score_s": cstats.score_s,
@@ -285,7 +300,7 @@ class GRPOLoop:
         ckpt_s = self._maybe_checkpoint(c)
         times["checkpoint_s"] = ckpt_s
         times["collection_s"] = time.monotonic() - t0
-        return self._record(c, groups, cstats, times, mm, train_m, {})
+        return self._record(c, groups, cstats, times, mm, train_m, eval_m)
 
     # ---- asynchronous --------------------------------------------------------------------
     def _producer(self, buf: GroupBuffer, halt: threading.Event) -> None:
@@ -360,6 +375,7 @@ class GRPOLoop:
                     self.state.sampler = self.sampler.state()
                     # drawn but untrained prompts (in flight or buffered) are replayed on resume
                     self.state.pending_prompt_ids = list(self._outstanding)
+                eval_m = self._maybe_evaluate(final=c + 1 == until)
                 times = {
                     "generate_s": merged.generate_s,
                     "score_s": merged.score_s,
@@ -383,6 +399,7 @@ class GRPOLoop:
                         "async/stale_dropped": buf.stats.stale_dropped,
                         "async/stale_retried": buf.stats.stale_retried,
                         "async/buffered": len(buf),
+                        **eval_m,
                     },
                 )
                 self._emit(rec)
@@ -442,6 +459,8 @@ class GRPOLoop:
     def run(self) -> LoopState:
         """Run to ``training.num_rollouts`` or until stopped; save on the way out."""
         until = self.cfg.training.num_rollouts
+        if self.state.collection == 0 and self.state.policy_version == 0:
+            self._maybe_evaluate(final=until == 0)  # update 0: the initial policy
         if self.cfg.async_.enabled:
             self._async_run(until)
         else:
