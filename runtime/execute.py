@@ -294,26 +294,56 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _output_root_conflict(cfg: Any, resume: str) -> str | None:
-    """An output.root holding checkpoints of a different spec is refused before anything
-    starts: a run directory is reused only by the identical compiled spec (whatever the
-    resume mode: a fresh run there would prune the other spec's checkpoints)."""
+    """An output.root holding checkpoints of a different experiment is refused before
+    anything starts (whatever the resume mode: a fresh run there would prune the other
+    experiment's checkpoints). A continuation - the same spec with a longer run or other
+    checkpoint/evaluation/tracking/launch/runtime settings - may reuse it; see
+    ``runtime.checkpoints.identity``."""
     from runtime.checkpoints import latest_complete
+    from runtime.checkpoints.identity import differing_fields, resume_key, resume_view
     from runtime.checkpoints.manager import read_meta
 
     newest = latest_complete(cfg.paths.checkpoints)
     if newest is None:
         return None
     try:
-        digest = read_meta(newest).get("digest")
+        meta = read_meta(newest)
     except (OSError, ValueError):
         return None
-    if digest and digest != cfg.digest:
-        return (
-            f"output.root {cfg.paths.root} holds checkpoints of another spec ({digest}); this "
-            f"manifest is {cfg.digest}. A run directory is reused only by the identical spec: "
-            "set output.root to a fresh directory (e.g. --set 'output.root=\"runs/NEW\"'), "
-            "or rerun the spec that wrote it"
-        )
+    digest, key = meta.get("digest"), meta.get("resume_key")
+    if key:
+        if key == resume_key(cfg.config):
+            return None
+    elif not digest or digest == cfg.digest:
+        return None
+    changed = ""
+    old = _manifest_of(cfg.paths.root, str(digest or ""))
+    if old is not None:
+        fields = differing_fields(resume_view(old.get("config", {})), resume_view(cfg.config))
+        if fields:
+            shown = ", ".join(fields[:8]) + (", ..." if len(fields) > 8 else "")
+            changed = f" (they differ in {shown})"
+    return (
+        f"output.root {cfg.paths.root} holds checkpoints of another experiment ({digest}); "
+        f"this manifest is {cfg.digest}{changed}. A run directory is continued only by the "
+        "same spec, up to run length, checkpoint, evaluation, tracking, launch and runtime "
+        "settings: set output.root to a fresh directory (e.g. --set "
+        "'output.root=\"runs/NEW\"'), or rerun the spec that wrote it"
+    )
+
+
+def _manifest_of(root: Path, digest: str) -> dict[str, Any] | None:
+    """The manifest `rlc run` filed under ``root/manifests`` for ``digest``, if present."""
+    short = digest.removeprefix("sha256:")[:16]
+    if not short:
+        return None
+    for path in sorted((Path(root) / "manifests").glob(f"*-{short}.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("digest") == digest:
+            return data
     return None
 
 
@@ -324,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         manifest = load_verified_manifest(args.manifest)
-        cfg = from_manifest(manifest)
+        cfg = replace(from_manifest(manifest), manifest_path=Path(args.manifest).resolve())
         ident = node_identity()
         roles = roles_for(cfg.placement, ident)
     except (ManifestError, ConfigError, PlacementError) as exc:

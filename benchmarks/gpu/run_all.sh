@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
 #
-# Stages: env raw decode trainer publish trl e2e moe (see the case below). Expects the
+# Stages: env raw decode trainer publish trl e2e moe dense-run moe-run dense-tensor (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -57,6 +57,36 @@ for s in "$@"; do
   moe)
     stage moe 200 python3 benchmarks/gpu/e2e.py --source builtin:smallmoe --label moe \
       --prompts 4 --group 4 --new-tokens 32 --collections 2
+    ;;
+  dense-run | moe-run)
+    # a real `rlc run` of the GPU example spec: 4 collections, checkpoint every 2, then a
+    # resumed run to 6 collections from the newest checkpoint
+    name=gpu-${s%-run}
+    root=/tmp/runs/$name
+    rm -rf "$root"
+    stage "$s" 210 python3 -m compiler.cli run "specs/examples/$name.toml" --no-progress \
+      --set "output.root=\"$root\"" --set checkpoint.interval=2
+    stage "$s-resume" 150 python3 -m compiler.cli run "specs/examples/$name.toml" --no-progress \
+      --set "output.root=\"$root\"" --set checkpoint.interval=2 \
+      --set training.num_rollouts=6 --resume required
+    mkdir -p "$RES/runs/$name"
+    cp "$root/metrics.jsonl" "$RES/runs/$name/" 2>/dev/null
+    cp -r "$root/logs" "$RES/runs/$name/" 2>/dev/null
+    ls -R "$root/checkpoints" > "$RES/runs/$name/checkpoints.txt" 2>&1
+    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
+    ;;
+  dense-tensor)
+    # `rlc run` with CUDA IPC publication (/update_weights_from_tensor) to the engine process
+    # sharing the GPU; olmo3-190m keeps the two CPU random inits short
+    root=/tmp/runs/gpu-dense-tensor
+    rm -rf "$root"
+    stage "$s" 150 python3 -m compiler.cli run specs/examples/gpu-dense.toml --no-progress \
+      --set "output.root=\"$root\"" --set 'model.source="builtin:olmo3-190m"' \
+      --set 'runtime.publication_transport="tensor"' --set training.num_rollouts=3
+    mkdir -p "$RES/runs/gpu-dense-tensor"
+    cp "$root/metrics.jsonl" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
+    cp -r "$root/logs" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
+    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   *)
     echo "unknown stage $s" | tee -a "$LOG"

@@ -118,8 +118,17 @@ def _check(
     expect_topology: dict[str, Any] | None,
     expect_digest: str | None,
     path: Path,
+    expect_resume_key: str | None = None,
 ) -> None:
-    if expect_digest is not None and meta.get("digest") != expect_digest:
+    if expect_resume_key is not None and meta.get("resume_key"):
+        if meta["resume_key"] != expect_resume_key:
+            raise CheckpointMismatch(
+                f"{path}: written by a different experiment (resume key {meta['resume_key']}, "
+                f"this run {expect_resume_key}); only run length, checkpoint, evaluation, "
+                "tracking, launch and runtime settings may change between a run and its "
+                "continuation"
+            )
+    elif expect_digest is not None and meta.get("digest") != expect_digest:
         raise CheckpointMismatch(
             f"{path}: written for spec digest {meta.get('digest')}, this run is {expect_digest}; "
             "resume with the same compiled spec or start a fresh output directory"
@@ -147,13 +156,15 @@ def load(
     expect_digest: str | None = None,
     *,
     map_location: str | torch.device = "cpu",
+    expect_resume_key: str | None = None,
 ) -> CheckpointData:
-    """Read a complete checkpoint, refusing a different topology or spec digest."""
+    """Read a complete checkpoint, refusing a different topology or experiment (its resume
+    key when the checkpoint has one, else the spec digest)."""
     from runtime.models.weights import load_safetensors
 
     p = Path(path)
     meta = read_meta(p)
-    _check(meta, expect_topology, expect_digest, p)
+    _check(meta, expect_topology, expect_digest, p, expect_resume_key)
     trainer_state = torch.load(p / TRAINER_STATE, map_location=map_location, weights_only=False)
     rng_file = p / f"rng-rank{_rank()}.pt"
     rng = torch.load(rng_file, weights_only=False) if rng_file.is_file() else None
@@ -199,6 +210,7 @@ class CheckpointManager:
         *,
         extra: dict[str, Any] | None = None,
         digest: str | None = None,
+        resume_key: str | None = None,
     ) -> Path:
         """Write checkpoint ``step`` for a :class:`runtime.trainer.Trainer` (all ranks call this)."""
         from runtime.models.loader import save_native
@@ -223,6 +235,7 @@ class CheckpointManager:
                 "extra": extra or {},
                 "topology": trainer.topology(),
                 "digest": digest,
+                "resume_key": resume_key,
                 "created_unix": time.time(),
             }
             (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -264,6 +277,7 @@ class CheckpointManager:
         *,
         expect_digest: str | None = None,
         check_topology: bool = True,
+        expect_resume_key: str | None = None,
     ) -> CheckpointData | None:
         """Load the given (or newest complete) checkpoint into ``trainer``; None if none exists."""
         p = Path(path) if path is not None else self.latest_complete()
@@ -274,6 +288,7 @@ class CheckpointManager:
             expect_topology=trainer.topology() if check_topology else None,
             expect_digest=expect_digest,
             map_location=trainer.device,
+            expect_resume_key=expect_resume_key,
         )
         trainer.load_checkpoint_state(data.model_state, data.trainer_state)
         if data.rng is not None:

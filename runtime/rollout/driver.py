@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.checkpoints.identity import resume_key
 from runtime.config import RunConfig
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.rollout.collect import Collector, CollectSettings, GroupGenerator
@@ -28,11 +29,98 @@ def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
     """The deterministic prompt sampler and an id -> prompt table (for async resume)."""
     from runtime.data.sampler import PromptSampler
     from runtime.data.tasks import load_tasks
+    from runtime.rewards.judge_binding import attach_prompt_text
 
     entries = [dict(t) for t in (cfg.config.get("data") or {}).get("tasks") or []]
     train, _eval, _parts = load_tasks(entries, cfg.data.seed)
+    attach_prompt_text(train, cfg.judge_bindings)
     sampler = PromptSampler(train, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
     return sampler, {p.id: p for p in train}
+
+
+def _make_evaluator(
+    cfg: RunConfig,
+    gen_url: str,
+    on_failure: Callable[[], None],
+    trainer: TrainerAdapter,
+    verifier_for: Callable[[str], Any],
+) -> Any:
+    """Shared (rollout engines) or background (evaluator jobs) evaluation; None when off.
+
+    Shared evaluation runs when ``training.eval_interval`` is set or update 0 is to be
+    evaluated, and needs held-out prompts; background evaluation always runs.
+    """
+    from runtime.data.render import render_ids
+
+    ev = cfg.evaluation
+    if ev.mode == "background":
+        return _background_evaluator(cfg, trainer)
+    initial = not cfg.training.skip_eval_before_train
+    if cfg.training.eval_interval is None and not initial:
+        return None
+    from runtime.data.eval_tasks import held_out_prompts
+    from runtime.rewards.judge_binding import attach_prompt_text
+    from runtime.rollout.evaluation import EvalSampling
+    from runtime.rollout.evaluators import SharedEvaluator
+
+    prompts = held_out_prompts(cfg.config.get("data") or {})
+    if not prompts:
+        return None
+    attach_prompt_text(prompts, cfg.judge_bindings)
+    tokenizer = trainer.tokenizer
+    eos = getattr(tokenizer, "eos_token_id", None)
+    log = MetricsWriter(cfg.paths.eval_dir / "metrics.jsonl", key="update")
+    return SharedEvaluator(
+        _make_generator(cfg, gen_url, on_failure),
+        lambda p: render_ids(p, tokenizer),
+        verifier_for,
+        prompts,
+        EvalSampling(
+            temperature=ev.temperature,
+            samples_per_prompt=ev.samples_per_prompt,
+            max_new_tokens=ev.max_response_length,
+            top_p=cfg.inference.top_p,
+            top_k=cfg.inference.top_k,
+        ),
+        log,
+        interval=cfg.training.eval_interval,
+        initial=initial,
+        final=ev.final,
+        run_seed=cfg.runtime.seed,
+        stop_token_ids=[int(eos)] if eos is not None else [],
+        concurrency=max(1, min(cfg.inference.max_running_requests, 16)),
+    )
+
+
+def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
+    """Milestone snapshots (HF for SGLang evaluators, native otherwise) + job submission."""
+    from runtime.launch.evaluator import (
+        BackgroundEvaluator,
+        BeakerSubmitter,
+        LocalSubmitter,
+        submit_target,
+    )
+
+    def snapshot(out: Path) -> None:
+        if cfg.inference.engine == "sglang":
+            trainer.export_hf(out)
+        else:
+            from runtime.models import save_native
+
+            save_native(trainer.inner.loaded, out, state_dict=trainer.state_dict_for_publication())
+
+    if cfg.manifest_path is None:
+        raise RuntimeError("background evaluation needs the manifest path (RunConfig)")
+    submitter: BeakerSubmitter | LocalSubmitter
+    if submit_target() == "beaker":
+        from runtime.execute import load_verified_manifest
+
+        submitter = BeakerSubmitter(
+            load_verified_manifest(cfg.manifest_path), cfg.evaluation.submit_timeout_s
+        )
+    else:
+        submitter = LocalSubmitter(cfg.manifest_path.resolve(), cfg.paths.eval_dir / "logs")
+    return BackgroundEvaluator(cfg, snapshot, submitter)
 
 
 class TrainerAdapter:
@@ -41,6 +129,7 @@ class TrainerAdapter:
     def __init__(self, trainer: Any) -> None:
         self.inner = trainer
         self.tokenizer = trainer.loaded.tokenizer
+        self.publication_device: Any = "cpu"  # the trainer's device for tensor publication
 
     @staticmethod
     def _convert(samples: Sequence[Sample]) -> list[Any]:
@@ -67,8 +156,10 @@ class TrainerAdapter:
     def train_step(self, samples: Sequence[Sample]) -> dict[str, Any]:
         return dict(self.inner.train_step(self._convert(samples)))
 
-    def state_dict_for_publication(self) -> dict[str, Any]:
-        return dict(self.inner.state_dict_for_publication())
+    def state_dict_for_publication(self, dtype: Any = None) -> dict[str, Any]:
+        return dict(
+            self.inner.state_dict_for_publication(dtype=dtype, device=self.publication_device)
+        )
 
     def export_hf(self, out_dir: Path) -> None:
         from runtime.models import export_hf
@@ -217,7 +308,11 @@ def _make_saver(cfg: RunConfig, trainer: TrainerAdapter) -> Callable[[LoopState]
     def save(state: LoopState) -> float:
         t0 = time.monotonic()
         manager.save(
-            state.collection, trainer.inner, extra=_loop_state_dict(state, cfg), digest=cfg.digest
+            state.collection,
+            trainer.inner,
+            extra=_loop_state_dict(state, cfg),
+            digest=cfg.digest,
+            resume_key=resume_key(cfg.config),
         )
         return time.monotonic() - t0
 
@@ -229,12 +324,15 @@ def _try_resume(
 ) -> LoopState | None:
     """Restore trainer + loop state from the newest complete checkpoint (per ``mode``).
 
-    The checkpoint must come from the same compiled spec (digest) and topology; the data
-    cursor is restored so no prompt is lost or repeated.
+    The checkpoint must come from the same experiment (its resume key: the compiled spec
+    up to run length, checkpoint, evaluation, tracking, launch and runtime settings) and
+    topology; the data cursor is restored so no prompt is lost or repeated.
     """
     if mode == "never":
         return None
-    data = _manager(cfg).restore(trainer.inner, expect_digest=cfg.digest)
+    data = _manager(cfg).restore(
+        trainer.inner, expect_digest=cfg.digest, expect_resume_key=resume_key(cfg.config)
+    )
     if data is None:
         if mode == "required":
             raise RuntimeError(f"checkpoint.resume=required but {cfg.paths.checkpoints} has none")
@@ -249,23 +347,34 @@ def _try_resume(
     )
 
 
+def _serving_dtype(cfg: RunConfig) -> Any:
+    """The dtype engines hold the weights in (``model.dtype``), for the weight audit."""
+    import torch
+
+    dtype = getattr(torch, cfg.model.dtype, None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
 # ---- the trainer node ------------------------------------------------------------------------
 def train(runner: NodeRunner) -> dict[str, Any]:
     """Run GRPO on this (trainer) node; returns the end-of-run summary."""
     from runtime.data.render import render_ids
     from runtime.publication.audit import audit
-    from runtime.publication.disk import DiskPublisher
+    from runtime.publication.tensor import TensorPublisher, make_publisher
     from runtime.report import summary, write_report
-    from runtime.rewards.base import get_verifier
+    from runtime.rewards.judge_binding import RunVerifiers
 
     cfg = runner.cfg
     log = _logger(runner)
     sampler, by_id = _make_data(cfg)
     trainer = _make_trainer(cfg)
     tokenizer = trainer.tokenizer
-    publisher = DiskPublisher(
-        cfg.paths.engine_weights, runner.engine_urls, cfg.runtime.publish_timeout_s
+    transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))
+    publisher = make_publisher(
+        transport, runner.engine_urls, cfg.runtime.publish_timeout_s, cfg.paths.engine_weights
     )
+    if isinstance(publisher, TensorPublisher):  # share the trainer's own (device) tensors
+        trainer.publication_device = next(trainer.inner.model.parameters()).device
     runner.publisher = publisher
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
@@ -277,19 +386,23 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     if cfg.runtime.weight_audit:
         from runtime.models.weights import state_checksum
 
-        audit(
-            state_checksum(trainer.state_dict_for_publication()),
-            runner.engine_urls,
-            cfg.runtime.publish_timeout_s,
+        t_audit = time.monotonic()
+        # engines serve the model dtype (bf16 on GPUs) while the trainer keeps fp32 master
+        # weights: compare what the engines should hold
+        if isinstance(publisher, TensorPublisher):  # device checksums, no copy to the CPU
+            publisher.audit(trainer.state_dict_for_publication())
+        else:
+            audit(
+                state_checksum(trainer.state_dict_for_publication(dtype=_serving_dtype(cfg))),
+                runner.engine_urls,
+                cfg.runtime.publish_timeout_s,
+            )
+        log(
+            f"weight audit: {len(runner.engine_urls)} engine(s) match the trainer "
+            f"({time.monotonic() - t_audit:.2f}s)"
         )
-        log(f"weight audit: {len(runner.engine_urls)} engine(s) match the trainer")
 
-    verifiers: dict[str, Any] = {}
-
-    def verifier_for(name: str) -> Any:
-        if name not in verifiers:
-            verifiers[name] = get_verifier(name, cfg.rewards.get(name))
-        return verifiers[name]
+    verifier_for = RunVerifiers(cfg.rewards, cfg.judge_bindings, cfg.failure_policy)
 
     check_lock = threading.Lock()
 
@@ -319,6 +432,13 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     )
     metrics = MetricsWriter(cfg.paths.metrics)
     metrics.truncate_from(state.collection)
+    # evaluation gets its own verifiers: shared evaluation runs beside the async producer
+    eval_verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, "zero")
+    evaluator = _make_evaluator(cfg, runner.gen_url, check_engines, trainer, eval_verifiers)
+    # evaluations of updates after the restored one are redone
+    MetricsWriter(cfg.paths.eval_dir / "metrics.jsonl", key="update").truncate_from(
+        state.policy_version + (1 if state.collection else 0)
+    )
     save = _make_saver(cfg, trainer) if _checkpointing(cfg) else None
     total = cfg.training.num_rollouts
     with ProgressView(total, start=state.collection, enabled=runner.progress) as progress:
@@ -335,22 +455,27 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             progress=progress,
             stop=runner.stop,
             prompt_lookup=by_id.__getitem__,
+            evaluator=evaluator,
         )
-        state = loop.run()
+        try:
+            state = loop.run()
+        finally:
+            eval_summary = evaluator.close() if evaluator is not None else {}
     if runner.stop:
         log(f"stopped after collection {state.collection}: {runner.stop.reason}")
     elif cfg.export_hf or cfg.checkpoint.export_hf_final:
         t0 = time.monotonic()
         trainer.export_hf(cfg.paths.export_hf)
         log(f"HF export: {cfg.paths.export_hf} ({time.monotonic() - t0:.1f}s)")
-    for v in verifiers.values():
-        v.close()
+    verifier_for.close()
+    eval_verifiers.close()
     trainer.close()
     report = write_report(cfg.paths.metrics, cfg.paths.root / "report.png", title=cfg.name)
     out = summary(cfg.paths.metrics)
     out.update(
         {"report": str(report), "metrics": str(cfg.paths.metrics), "stopped": bool(runner.stop)}
     )
+    out.update(eval_summary)
     log(
         f"done: {out['collections']} collections, reward first fifth {out['reward_first_fifth']:.3f}"
         f" -> last fifth {out['reward_last_fifth']:.3f}; report {report}"
