@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from runtime.config import RunConfig
 from runtime.metrics import MetricsWriter, ProgressView
+from runtime.publication.disk import PublicationError
 from runtime.rollout.buffer import BufferClosed, GroupBuffer
 from runtime.rollout.collect import Collector, CollectStats, reward_summary
 from runtime.rollout.evaluators import EvaluatorLike
@@ -198,8 +199,22 @@ class GRPOLoop:
         if self.publisher is None:
             return 0.0
         t0 = time.monotonic()
-        self.publisher.publish(self.trainer.state_dict_for_publication(), self.state.policy_version)
+        try:
+            self._publish_once()
+        except PublicationError:
+            # an engine that died since the last collection boundary: the health check drops
+            # it when others remain behind the router (or fails the run, naming it), then the
+            # survivors get this version
+            urls = list(getattr(self.publisher, "urls", []) or [])
+            self.health_check()
+            if urls == list(getattr(self.publisher, "urls", []) or []):
+                raise
+            self._publish_once()
         return time.monotonic() - t0
+
+    def _publish_once(self) -> None:
+        assert self.publisher is not None
+        self.publisher.publish(self.trainer.state_dict_for_publication(), self.state.policy_version)
 
     def _record(
         self,
