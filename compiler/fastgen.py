@@ -303,47 +303,12 @@ def _literal(value: Any) -> str:
     return text
 
 
-_PRELUDE = '''
-import re as _re
-from math import isfinite as _isfinite
-from types import SimpleNamespace as _NS
-
-
-class _Reject(Exception):
-    """The fast path does not accept the input; the caller asks pydantic."""
-
-
-_MISSING = object()
-_EXACT = 2**53
-
-
-def _printable(s):
-    return s.isascii() and s.isprintable()
-
-
-def _hashable(x):
-    return type(x) in (str, int, bool)
-
-
-def _str_key(k):
-    if type(k) is not str: raise _Reject
-    return k
-
-
-def _plain(x):
-    """An untyped value as JSON data (pydantic's mode="json" dump of plain TOML values)."""
-    t = type(x)
-    if t is str or t is int or t is bool or x is None:
-        return x
-    if t is float:
-        if not _isfinite(x): raise _Reject
-        return x
-    if t is list:
-        return [_plain(i) for i in x]
-    if t is dict:
-        return {_str_key(k): _plain(v) for k, v in x.items()}
-    raise _Reject
-'''
+_PRELUDE = (
+    "from compiler.fast_runtime import (  # shared helpers, see compiler/fast_runtime.py\n"
+    "    _EXACT, _MISSING, _NS, _Reject, _hashable, _isfinite, _plain, _printable, _re,\n"
+    "    _str_key,\n"
+    ")\n"
+)
 
 
 def _module(header: str, gen: _Gen, root: str, extra: str, api: str) -> str:
