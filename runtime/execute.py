@@ -33,15 +33,15 @@ class ManifestError(ValueError):
 
 
 def load_verified_manifest(path: str | Path) -> dict[str, Any]:
-    """Load and verify through the compiler's loader (digest + versions)."""
+    """Load through `compiler.trust`: every lint check, then every derived field re-derived
+    from the config (a hand-edited command line or path is refused, not run)."""
     p = Path(path)
     if not p.exists():
         raise ManifestError(f"{p}: no such manifest")
-    from compiler.diagnostics import DiagnosticError
-    from compiler.manifest import load_manifest
+    from compiler.trust import DiagnosticError, load_trusted
 
     try:
-        return load_manifest(p)
+        return load_trusted(p)
     except DiagnosticError as exc:
         msgs = "; ".join(d.message for d in exc.diagnostics) or str(exc)
         raise ManifestError(f"{p}: {msgs}") from None

@@ -20,11 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("manifest", type=Path)
     args = parser.parse_args(argv)
 
-    from compiler.diagnostics import DiagnosticError, render_all
-    from compiler.manifest import load_manifest
+    from compiler.trust import DiagnosticError, load_trusted, render_all
 
     try:
-        manifest = load_manifest(args.manifest)
+        manifest = load_trusted(args.manifest)
     except DiagnosticError as exc:
         print(render_all(exc.diagnostics), file=sys.stderr)
         return EXIT_USER

@@ -30,10 +30,20 @@ from compiler.commands._common import EXIT_USER, format_option, guarded
     help="Build directory; the manifest goes to DIR/<name>/manifest.json.",
 )
 @click.option("--no-cache", is_flag=True, help="Always compile (ignore the compile cache).")
+@click.option(
+    "--sign",
+    is_flag=True,
+    help="Also write manifest.json.sig, an HMAC-SHA256 under the key in $RLC_SIGNING_KEY.",
+)
 @format_option
 @guarded
-def command(spec: str, overrides: tuple[str, ...], out_dir: str, no_cache: bool, fmt: str) -> None:
+def command(
+    spec: str, overrides: tuple[str, ...], out_dir: str, no_cache: bool, sign: bool, fmt: str
+) -> None:
     """Compile a spec into a checked, content-hashed manifest."""
+    if sign:
+        _sign_compile(spec, overrides, out_dir, fmt)
+        return
     cache_key = None
     if not no_cache:
         from compiler import compile_cache
@@ -51,7 +61,7 @@ def command(spec: str, overrides: tuple[str, ...], out_dir: str, no_cache: bool,
 
 def _compile(
     spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str, cache_key: str | None
-) -> None:
+) -> Path:
     from compiler.diagnostics import render_all
     from compiler.manifest import write_manifest
     from compiler.pipeline import compile_spec
@@ -82,6 +92,31 @@ def _compile(
         from compiler import compile_cache
 
         compile_cache.store(cache_key, directory, stdout, stderr)
+    return path
+
+
+def _sign_compile(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str) -> None:
+    """Compile (never from the cache: the signature is written afresh) and sign."""
+    import os
+
+    from compiler.diagnostics import Diagnostic, DiagnosticError
+    from compiler.trust import SIGNING_KEY_ENV, sign_bytes, signature_path, signing_key
+
+    key = signing_key()
+    if key is None:
+        raise DiagnosticError(
+            Diagnostic(
+                "error",
+                "sign-key",
+                f"--sign needs a key in the environment variable {SIGNING_KEY_ENV}",
+                help=("export the team's signing key, or compile without --sign",),
+            )
+        )
+    path = _compile(spec, overrides, out_dir, fmt, None)
+    sig = signature_path(path)
+    tmp = sig.with_name(f".{sig.name}.{os.getpid()}.tmp")
+    tmp.write_text(sign_bytes(path.read_bytes(), key) + "\n")
+    os.replace(tmp, sig)
 
 
 def _emit_extras(manifest: dict[str, object], path: Path) -> None:

@@ -1,7 +1,9 @@
-"""`rlc lint PATHS...`: digest, schema and rules re-checked; exit 1 on findings."""
+"""`rlc lint PATHS...`: digest, schema and rules re-checked (and the signature, when
+$RLC_SIGNING_KEY is set); exit 1 on findings."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -26,6 +28,13 @@ def command(paths: tuple[str, ...], fmt: str) -> None:
         click.echo(f"rlc: no manifests match {' '.join(paths)}", err=True)
         sys.exit(EXIT_USER)
     reports = [lint_manifest(p) for p in files]
+    from compiler.trust import signature_findings, signing_key
+
+    key = signing_key()
+    if key is not None:  # with a key in the environment every manifest must be signed by it
+        for r, p in zip(reports, files, strict=True):
+            with contextlib.suppress(OSError):  # an unreadable file is already reported
+                r.findings.extend(signature_findings(p, p.read_bytes(), key))
     bad = [r for r in reports if not r.ok]
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in reports], indent=2))
