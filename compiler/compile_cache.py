@@ -3,7 +3,8 @@ does not pay for pydantic, the parser and the emitters (cold start ~0.1 s instea
 
 The key covers everything the output depends on: the spec bytes and the path as given, the
 overrides, the working directory, and the identity (path, size, mtime) of every compiler
-source, schema, rule file, template, recipe and the runtime lock. A hit replays the exact
+source, schema, rule file, template, recipe and the runtime lock. The model checkpoint files
+the compile read (``compiler.model_source``) are stored with the entry and re-checked on replay. A hit replays the exact
 files and messages of the original compile; any doubt (a file in the way with other bytes,
 an unreadable entry) falls back to a real compile. ``RLC_NO_CACHE=1`` disables it.
 """
@@ -94,6 +95,11 @@ def replay(cache_key: str) -> dict[str, Any] | None:
         files = [(Path(f["path"]), b64decode(f["data"]), int(f["mode"])) for f in entry["files"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    from compiler.model_source import identity
+
+    inputs = entry.get("inputs") or {}
+    if any(identity(p) != ident for p, ident in inputs.items()):
+        return None  # the model checkpoint the compile read has changed
     todo = []
     for path, data, mode in files:
         if path.exists():
@@ -126,7 +132,9 @@ def store(cache_key: str, directory: Path, stdout: str, stderr: str) -> None:
                     "data": b64encode(p.read_bytes()).decode(),
                 }
             )
-    entry = {"files": files, "stdout": stdout, "stderr": stderr}
+    from compiler.model_source import touched
+
+    entry = {"files": files, "stdout": stdout, "stderr": stderr, "inputs": touched()}
     root = _cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -150,6 +150,9 @@ class _Resolver:
         self.prov: dict[str, Provenance] = {}
         self.explicit: set[str] = set()
         self.spans: dict[str, Span] = {}
+        from compiler.model_source import SourceInfo
+
+        self.source_info = SourceInfo()
 
     # -- provenance --------------------------------------------------------------------
     def record_sources(self) -> None:
@@ -247,12 +250,16 @@ class _Resolver:
             "'builtin' if model.source starts with 'builtin:' else 'hf'",
             ("model.source",),
         )
-        self.derive(
-            "model.architecture",
-            info.get("architecture", "dense"),
-            "the builtin model's architecture, else 'dense'",
-            ("model.source",),
-        )
+        from compiler import model_source
+
+        self.source_info = model_source.inspect(m["source"], m["format"], m["hf_template"])
+        if builtin:
+            arch, formula = info.get("architecture", "dense"), "the builtin model's architecture"
+        elif self.source_info.family:
+            arch, formula = self.source_info.family, "read from the checkpoint's config"
+        else:
+            arch, formula = "dense", "'dense' when the checkpoint is not readable at compile time"
+        self.derive("model.architecture", arch, formula, ("model.source",))
         if info:
             self.derive(
                 "model.num_params", info["params"], "the builtin model's size", ("model.source",)
@@ -621,9 +628,25 @@ class _Resolver:
                 "builtin_model": c["model"]["source"].startswith("builtin:"),
                 "builtin_base": _builtin_base(c["model"]["source"]),
                 "builtin_bad_overrides": _builtin_bad_overrides(c["model"]["source"]),
+                **self._source_facts(),
             },
             spans,
         )
+
+    def _source_facts(self) -> dict[str, str]:
+        """What the readable checkpoint says (all empty when it is not readable)."""
+        from compiler.model_source import NO_HF_EXPORT
+
+        m, info = self.config["model"], self.source_info
+        export = info.export_problem
+        if m["source"].startswith("builtin:"):
+            export = NO_HF_EXPORT.get(str(m["architecture"]), "")
+        return {
+            "model_source_problem": info.problem,
+            "model_source_family": info.family,
+            "model_template_problem": info.template_problem,
+            "model_hf_export_problem": export,
+        }
 
     def _fact_span(
         self, spans: dict[str, Span], fact: str, path: tuple[Any, ...], key: bool = False

@@ -118,8 +118,10 @@ def load_model(
     seed: int = 0,
     architecture: str | None = None,
     attn_backend: str = "torch",
+    hf_template: str | None = None,
 ) -> LoadedModel:
-    """Build an OLMo-core ``Transformer`` from ``builtin:NAME``, an HF dir or a native dir.
+    """Build an OLMo-core ``Transformer`` from ``builtin:NAME``, an HF dir, a native dir or
+    an OLMo-core checkpoint (``hf_template``: where its tokenizer lives when not beside it).
 
     Builtins are random-initialised on CPU from ``seed`` (identical on every device).
     """
@@ -150,18 +152,34 @@ def load_model(
             model, config, tokenizer, meta["family"], source, device, dtype, architecture
         )
     if fmt == "hf":
-        from .hf import hf_config_to_olmo_core, load_hf_state
+        from .hf import UnsupportedHFModel, hf_config_to_olmo_core, load_hf_state
 
         cfg = json.loads((path / "config.json").read_text())
-        family, config = hf_config_to_olmo_core(cfg, attn_backend=attn_backend)
-        tokenizer = Tokenizer.from_dir(path)
+        try:
+            family, config = hf_config_to_olmo_core(cfg, attn_backend=attn_backend)
+        except UnsupportedHFModel as e:
+            raise ModelLoadError(f"{source}: {e}") from e
+        tokenizer = _tokenizer(path, hf_template)
         model = _build_with_state(config, load_hf_state(path, cfg))
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
-    return _load_olmo_core_dist(path, device, dtype, architecture)
+    return _load_olmo_core_dist(path, device, dtype, architecture, hf_template)
+
+
+def _tokenizer(path: Path, hf_template: str | None) -> Tokenizer:
+    """The tokenizer beside the weights, else the one in ``hf_template``."""
+    for root in (path, Path(hf_template) if hf_template else None):
+        if root is not None and (root / "tokenizer.json").is_file():
+            return Tokenizer.from_dir(root)
+    where = f"{path} or the hf_template {hf_template}" if hf_template else str(path)
+    raise ModelLoadError(f"no tokenizer.json in {where} (the tokenizer travels with the model)")
 
 
 def _load_olmo_core_dist(
-    path: Path, device: str | torch.device, dtype: torch.dtype, architecture: str | None
+    path: Path,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    architecture: str | None,
+    hf_template: str | None,
 ) -> LoadedModel:
     """An OLMo-core trainer checkpoint (``config.json`` + ``model_and_optim/``)."""
     from olmo_core.distributed.checkpoint import load_model_and_optim_state
@@ -171,12 +189,7 @@ def _load_olmo_core_dist(
     for legacy in ("compile", "dp_config", "tp_config", "float8_config"):
         model_cfg.pop(legacy, None)
     config = TransformerConfig.from_dict(model_cfg)
-    if not (path / "tokenizer.json").is_file():
-        raise ModelLoadError(
-            f"{path}: OLMo-core checkpoints name their tokenizer by hub id; put a tokenizer.json "
-            "next to config.json (no downloads at run time)"
-        )
-    tokenizer = Tokenizer.from_dir(path)
+    tokenizer = _tokenizer(path, hf_template)
     model = config.build(init_device="cpu")
     model.init_weights(device=torch.device("cpu"))
     load_model_and_optim_state(str(path / "model_and_optim"), model)

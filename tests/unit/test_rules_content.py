@@ -26,6 +26,11 @@ EVAL_BG = (
 )
 TASKS_EVAL = '[[data.tasks]]\ntask = "arithmetic"\neval_count = 8\n'
 ASYNC = "[async]\nenabled = true\n"
+SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "model-sources"
+OC_HYBRID = (
+    f'[model]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"\n'
+    'hf_template = "{tpl}"'
+)
 
 # (rule id, triggering body, clean body)
 CASES: list[tuple[str, str, str]] = [
@@ -54,6 +59,31 @@ CASES: list[tuple[str, str, str]] = [
         "model-olmo-core-template",
         '[model]\nsource = "ckpt"\nformat = "olmo_core"  # <-\n',
         '[model]\nsource = "ckpt"\nformat = "olmo_core"\nhf_template = "tmpl"\n',
+    ),
+    (
+        "model-source-unloadable",
+        f'[model]\nsource = "{SOURCES / "olmo-hybrid"}"  # <-\n',
+        f'[model]\nsource = "{SOURCES / "olmoe"}"\n',
+    ),
+    (
+        "model-source-architecture",
+        f'[model]\nsource = "{SOURCES / "olmoe"}"\narchitecture = "dense"  # <-\n',
+        f'[model]\nsource = "{SOURCES / "olmoe"}"\narchitecture = "moe"\n',
+    ),
+    (
+        "model-template-unusable",
+        OC_HYBRID.format(tpl=SOURCES / "no-tokenizer") + "  # <-\n",
+        OC_HYBRID.format(tpl=SOURCES / "olmoe") + "\n",
+    ),
+    (
+        "model-export-no-hf-architecture",
+        '[model]\nsource = "builtin:tiny-moe"\n[output]\nroot = "out"\nexport_hf = true  # <-\n',
+        '[model]\nsource = "builtin:tiny"\n[output]\nroot = "out"\nexport_hf = true\n',
+    ),
+    (
+        "model-sglang-no-hf-architecture",
+        '[model]\nsource = "builtin:tiny-moe"\n[inference]\nengine = "sglang"  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[inference]\nengine = "embedded"\n',
     ),
     (
         "data-selector-missing",

@@ -1,0 +1,179 @@
+"""What the compiler can learn from a model source on disk, without torch or the runtime.
+
+When ``model.source`` is readable at compile time, its ``config.json`` says whether the
+runtime can load it and which family it is; an unloadable checkpoint is then a positioned
+compile error instead of an engine traceback minutes later. An unreadable source (a cluster
+path seen from a laptop) is checked at run time only.
+
+``HF_FAMILIES`` mirrors ``runtime.models.hf.HF_FAMILIES`` (a unit test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+HF_FAMILIES: dict[str, str] = {
+    "olmo2": "dense",
+    "olmo3": "dense",
+    "flex_olmo": "moe",
+    "olmoe": "moe",
+}
+REFUSED_HF_TYPES: dict[str, str] = {
+    "olmo_hybrid": "olmo_hybrid checkpoints have GatedDeltaNet layers, which need the "
+    "flash-linear-attention kernels the runtime does not ship",
+}
+NATIVE_META = "rlc_model.json"
+NO_HF_EXPORT = {
+    "moe": "shared-expert MoE blocks (builtin MoE models) have no transformers architecture",
+    "hybrid_moe": "parallel dense+MoE (hybrid MoE) blocks have no transformers architecture",
+}
+
+
+# path -> identity of everything the last ``inspect`` looked at: the compile cache stores it
+# and replays only while the checkpoint still looks the same.
+_TOUCHED: dict[str, str] = {}
+
+
+def identity(path: str) -> str:
+    """A cheap fingerprint: names of a directory, size and mtime of a file, or absence."""
+    try:
+        if os.path.isdir(path):
+            return "dir:" + "\0".join(sorted(os.listdir(path)))
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    return f"file:{st.st_size}:{st.st_mtime_ns}"
+
+
+def touched() -> dict[str, str]:
+    """What the last ``inspect`` read, as ``{path: identity}``."""
+    return dict(_TOUCHED)
+
+
+def _note(*paths: str) -> None:
+    for p in paths:
+        _TOUCHED[p] = identity(p)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """``problem``: why the runtime cannot load it ("" when it can or we cannot tell);
+    ``family``: dense/moe/hybrid_moe when known; ``export_problem``: why no HF export."""
+
+    problem: str = ""
+    family: str = ""
+    export_problem: str = ""
+    template_problem: str = ""
+
+
+def _read_json(path: str) -> dict[str, Any] | str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        return f"cannot read {os.path.basename(path)}: {exc}"
+    return data if isinstance(data, dict) else f"{os.path.basename(path)} is not a JSON object"
+
+
+def _hf_problem(cfg: dict[str, Any]) -> str:
+    model_type = cfg.get("model_type")
+    if model_type in REFUSED_HF_TYPES:
+        return REFUSED_HF_TYPES[str(model_type)]
+    if model_type not in HF_FAMILIES:
+        return (
+            f"HF model_type {model_type!r} is not supported (supported: {', '.join(HF_FAMILIES)})"
+        )
+    if cfg.get("attention_bias"):
+        return "attention_bias = true is not supported"
+    if cfg.get("clip_qkv") is not None:
+        return "clip_qkv is not supported"
+    params = cfg.get("rope_parameters") or {}
+    if isinstance(params, dict) and "full_attention" in params:
+        params = params["full_attention"]
+    if cfg.get("rope_scaling") or (
+        isinstance(params, dict) and params.get("rope_type", "default") != "default"
+    ):
+        return "RoPE scaling is not supported"
+    return ""
+
+
+def _has_weights(path: str) -> bool:
+    return any(n.endswith(".safetensors") for n in os.listdir(path))
+
+
+def _olmo_core_family(model: dict[str, Any]) -> tuple[str, str, str]:
+    """(family, export problem, load problem) of an OLMo-core ``TransformerConfig`` dict."""
+    text = json.dumps(model).lower()
+    if "gated_delta" in text or "gateddeltanet" in text:
+        why = "it has GatedDeltaNet layers, which need the flash-linear-attention kernels"
+        return "", "", why + " the runtime does not ship"
+    block = model.get("block") or {}
+    blocks = [block] if "name" in block else list(block.values())
+    blocks = [b for b in blocks if isinstance(b, dict)]
+    if any(str(b.get("name", "")).startswith("moe_hybrid") for b in blocks):
+        return "hybrid_moe", NO_HF_EXPORT["hybrid_moe"], ""
+    if any(b.get("feed_forward_moe") for b in blocks):
+        shared = any((b.get("feed_forward_moe") or {}).get("shared_mlp") for b in blocks)
+        return "moe", NO_HF_EXPORT["moe"] if shared else "", ""
+    return "dense", "", ""
+
+
+def _tokenizer_problem(path: str, what: str) -> str:
+    if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+        return f"no tokenizer.json in {what} (the tokenizer travels with the model)"
+    return ""
+
+
+def inspect(source: str, fmt: str | None, hf_template: str | None) -> SourceInfo:
+    """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass."""
+    _TOUCHED.clear()
+    if source.startswith("builtin:"):
+        return SourceInfo()
+    names = ("config.json", NATIVE_META, "tokenizer.json")
+    _note(source, *(os.path.join(source, n) for n in names))
+    if hf_template:
+        _note(hf_template, os.path.join(hf_template, "tokenizer.json"))
+    if not os.path.isdir(source):
+        return SourceInfo()
+    if os.path.isfile(os.path.join(source, NATIVE_META)):
+        meta = _read_json(os.path.join(source, NATIVE_META))
+        if isinstance(meta, str):
+            return SourceInfo(problem=meta)
+        family = str(meta.get("family", ""))
+        return SourceInfo(family=family, export_problem=NO_HF_EXPORT.get(family, ""))
+    cfg_path = os.path.join(source, "config.json")
+    if not os.path.isfile(cfg_path):
+        return SourceInfo(problem="not a model directory: no config.json")
+    cfg = _read_json(cfg_path)
+    if isinstance(cfg, str):
+        return SourceInfo(problem=cfg)
+    olmo_core = "model" in cfg and os.path.isdir(os.path.join(source, "model_and_optim"))
+    if fmt == "olmo_core" or olmo_core:
+        if not olmo_core:
+            return SourceInfo(
+                problem='model.format = "olmo_core" needs an OLMo-core checkpoint directory '
+                "(config.json with a model section and model_and_optim/)"
+            )
+        if fmt != "olmo_core":
+            return SourceInfo(
+                problem='this is an OLMo-core checkpoint: set model.format = "olmo_core" '
+                "and model.hf_template"
+            )
+        model = cfg["model"] if isinstance(cfg["model"], dict) else {}
+        family, export, problem = _olmo_core_family(model)
+        template = ""
+        if hf_template and os.path.isdir(hf_template):
+            template = _tokenizer_problem(hf_template, "model.hf_template")
+        elif hf_template and os.path.exists(hf_template):
+            template = "model.hf_template is not a directory"
+        return SourceInfo(problem, family, export, template)
+    problem = _hf_problem(cfg)
+    if not problem and not _has_weights(source):
+        problem = "no *.safetensors weights (only safetensors checkpoints are read)"
+    if not problem:
+        problem = _tokenizer_problem(source, "the checkpoint directory")
+    family = HF_FAMILIES.get(str(cfg.get("model_type")), "")
+    return SourceInfo(problem=problem, family="" if problem else family)

@@ -1,0 +1,155 @@
+"""Every OLMo family transformers and OLMo-core both know: import -> GRPO update -> export.
+
+Tiny random checkpoints are written here by transformers itself (its config classes and
+``save_pretrained``); after one GRPO step the exported directory, loaded back with
+``from_pretrained``, must give our model's logits.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("olmo_core")
+
+from runtime.models import (  # noqa: E402
+    ModelLoadError,
+    build_builtin_tokenizer,
+    export_hf,
+    load_model,
+)
+from runtime.models.hf import HF_FAMILIES, UnsupportedHFModel  # noqa: E402
+from runtime.trainer import Sample, Trainer, TrainerConfig, group_advantages  # noqa: E402
+
+SEQ = 24
+TOL = 2e-5  # fp32 on both sides; only op order differs
+
+
+def _common(tok):
+    return dict(
+        vocab_size=tok.vocab_size,
+        hidden_size=64,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
+
+
+MOE = dict(num_experts=4, num_experts_per_tok=2)
+FAMILIES = {
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, "dense"),
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
+        "dense",
+    ),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", MOE, "moe"),
+    "olmoe-norm-topk": ("OlmoeConfig", "OlmoeForCausalLM", {**MOE, "norm_topk_prob": True}, "moe"),
+    "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM", MOE, "moe"),
+}
+
+
+def write_hf_checkpoint(out, kind: str, seed: int = 0):
+    """A tiny random HF checkpoint of family ``kind`` (transformers' own classes) + tokenizer."""
+    tok = build_builtin_tokenizer()
+    cfg_name, model_name, extra, _ = FAMILIES[kind]
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, cfg_name)(**_common(tok), **extra)
+    model = getattr(transformers, model_name)(cfg).eval()
+    model.save_pretrained(str(out))
+    tok.save(out)
+    return model
+
+
+def _ids(vocab: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, SEQ), generator=torch.Generator().manual_seed(1))
+
+
+def _samples(tok) -> list[Sample]:
+    prompt = tok.encode("1+1=")
+    answers = [tok.encode(" 2")[:1], tok.encode(" 3")[:1], tok.encode(" 2")[:1], [7]]
+    adv = group_advantages([1.0, 0.0, 1.0, 0.0])
+    return [Sample(prompt, a + [tok.eos_token_id], ad) for a, ad in zip(answers, adv, strict=True)]
+
+
+@pytest.mark.parametrize("kind", list(FAMILIES))
+def test_import_update_export_round_trip(kind: str, tmp_path) -> None:
+    src, out = tmp_path / "src", tmp_path / "export"
+    hf = write_hf_checkpoint(src, kind)
+    loaded = load_model(str(src))
+    assert loaded.family == FAMILIES[kind][3]
+    x = _ids(loaded.tokenizer.vocab_size)
+    with torch.no_grad():
+        diff = (loaded.model(x) - hf(x).logits).abs().max().item()
+    assert diff < TOL, f"import: max |diff| {diff}"
+
+    trainer = Trainer(TrainerConfig(model_source=str(src), lr=1e-2), loaded=loaded)
+    before = {k: v.clone() for k, v in trainer.state_dict_for_publication().items()}
+    trainer.train_step(_samples(loaded.tokenizer))
+    after = trainer.state_dict_for_publication()
+    assert max(float((after[k] - before[k]).abs().max()) for k in after) > 1e-4
+
+    export_hf(loaded, loaded.tokenizer, out, state_dict=after)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == kind.partition("-")[0]
+    assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    trainer.model.eval()
+    with torch.no_grad():
+        ours = trainer.model(x)
+        theirs = back.eval()(x).logits
+        moved = (ours - hf(x).logits).abs().max().item()
+    diff = (ours - theirs).abs().max().item()
+    assert diff < TOL, f"export after update: max |diff| {diff}"
+    assert moved > 10 * TOL  # the comparison is not vacuous: the update changed the logits
+
+
+def test_moe_routing_is_exercised(tmp_path) -> None:
+    """Guard against a vacuous MoE comparison: dropping top-k to 1 changes HF's logits."""
+    hf = write_hf_checkpoint(tmp_path, "olmoe")
+    loaded = load_model(str(tmp_path))
+    x = _ids(loaded.tokenizer.vocab_size)
+    for layer in hf.model.layers:
+        layer.mlp.gate.top_k = 1
+    with torch.no_grad():
+        assert (loaded.model(x) - hf(x).logits).abs().max() > 1e-3
+
+
+def test_olmo_hybrid_refused_with_reason(tmp_path) -> None:
+    tok = build_builtin_tokenizer()
+    transformers.OlmoHybridConfig(**_common(tok)).save_pretrained(str(tmp_path))
+    tok.save(tmp_path)
+    with pytest.raises(ModelLoadError, match="flash-linear-attention"):
+        load_model(str(tmp_path))
+
+
+def test_missing_tokenizer_is_a_load_error(tmp_path) -> None:
+    write_hf_checkpoint(tmp_path, "olmo2")
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="tokenizer.json"):
+        load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["builtin:tiny-moe", "builtin:tiny-hybrid-moe"])
+def test_export_refuses_blocks_without_hf_architecture(name: str, tmp_path) -> None:
+    lm = load_model(name)
+    with pytest.raises(UnsupportedHFModel, match="native checkpoint"):
+        export_hf(lm, lm.tokenizer, tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_compiler_table_agrees_with_runtime() -> None:
+    from compiler.model_source import HF_FAMILIES as COMPILER_FAMILIES
+    from compiler.model_source import REFUSED_HF_TYPES as COMPILER_REFUSED
+    from runtime.models.hf import REFUSED_HF_TYPES
+
+    assert COMPILER_FAMILIES == HF_FAMILIES
+    assert set(COMPILER_REFUSED) == set(REFUSED_HF_TYPES)

@@ -1,0 +1,183 @@
+"""Compile-time checks of a readable model.source: unloadable checkpoints fail at the spec line.
+
+The checkpoints here are config files written by hand (the compiler reads only JSON), so the
+module needs neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compiler.pipeline import compile_spec
+
+SPEC = """schema_version = 1
+name = "src"
+
+[model]
+source = "{source}"
+{extra}
+
+[data]
+[[data.tasks]]
+task = "arithmetic"
+train_count = 8
+eval_count = 4
+
+[output]
+root = "{root}"
+{output}
+
+[trainer]
+gpus = 0
+
+[inference]
+engine = "{engine}"
+num_engines = 1
+max_context_length = 64
+max_response_length = 8
+"""
+
+
+def _hf_dir(path: Path, model_type: str = "olmoe", **cfg: object) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"model_type": model_type, **cfg}))
+    (path / "model.safetensors").write_bytes(b"")
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
+def _compile(
+    tmp_path: Path, source: str, *, extra: str = "", output: str = "", engine: str = "embedded"
+):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        SPEC.format(source=source, extra=extra, root=tmp_path / "run", output=output, engine=engine)
+    )
+    return compile_spec(str(spec)), spec
+
+
+def _codes(result) -> list[str]:
+    return [d.code for d in result.errors]
+
+
+def test_olmoe_source_compiles_as_moe(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "olmoe")
+    r, _ = _compile(tmp_path, str(src))
+    assert r.ok, _codes(r)
+    manifest = r.manifest()
+    assert manifest["config"]["model"]["architecture"] == "moe"
+    r, _ = _compile(tmp_path, str(src), output="export_hf = true")
+    assert r.ok, _codes(r)  # olmoe exports to HF
+
+
+@pytest.mark.parametrize(
+    ("model_type", "cfg", "reason"),
+    [
+        ("olmo_hybrid", {}, "flash-linear-attention"),
+        ("llama", {}, "'llama' is not supported"),
+        ("olmo2", {"attention_bias": True}, "attention_bias"),
+        ("olmo2", {"rope_scaling": {"rope_type": "yarn"}}, "RoPE scaling"),
+    ],
+)
+def test_unloadable_hf_source_is_refused_at_the_source_line(
+    tmp_path: Path, model_type: str, cfg: dict, reason: str
+) -> None:
+    src = _hf_dir(tmp_path / "ckpt", model_type, **cfg)
+    r, spec = _compile(tmp_path, str(src))
+    errors = [d for d in r.errors if d.code == "model-source-unloadable"]
+    assert errors and reason in errors[0].message, _codes(r)
+    assert errors[0].span is not None and errors[0].span.line == 5  # the model.source line
+
+
+def test_missing_weights_and_tokenizer(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "a")
+    (src / "model.safetensors").unlink()
+    r, _ = _compile(tmp_path, str(src))
+    assert "safetensors" in r.errors[0].message
+    src = _hf_dir(tmp_path / "b")
+    (src / "tokenizer.json").unlink()
+    r, _ = _compile(tmp_path, str(src))
+    assert "tokenizer.json" in r.errors[0].message
+
+
+def test_architecture_is_checked_against_the_checkpoint(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "olmoe")
+    r, _ = _compile(tmp_path, str(src), extra='architecture = "dense"')
+    assert _codes(r) == ["model-source-architecture"]
+
+
+def test_olmo_core_checkpoint_given_as_hf(tmp_path: Path) -> None:
+    src = tmp_path / "oc"
+    (src / "model_and_optim").mkdir(parents=True)
+    model = {"block": {"name": "moe_hybrid_reordered_norm", "feed_forward_moe": {}}}
+    (src / "config.json").write_text(json.dumps({"model": model}))
+    r, _ = _compile(tmp_path, str(src))
+    assert 'format = "olmo_core"' in r.errors[0].message
+    tpl = _hf_dir(tmp_path / "tpl", "olmo2")
+    extra = f'format = "olmo_core"\nhf_template = "{tpl}"'
+    r, _ = _compile(tmp_path, str(src), extra=extra)
+    assert r.ok, _codes(r)
+    assert r.manifest()["config"]["model"]["architecture"] == "hybrid_moe"
+    r, _ = _compile(tmp_path, str(src), extra=extra, output="export_hf = true")
+    assert _codes(r) == ["model-export-no-hf-architecture"]
+    r, _ = _compile(tmp_path, str(src), extra=extra, engine="sglang")
+    assert "model-sglang-no-hf-architecture" in _codes(r)
+    (tpl / "tokenizer.json").unlink()
+    r, _ = _compile(tmp_path, str(src), extra=extra)
+    assert _codes(r) == ["model-template-unusable"]
+
+
+def test_builtin_moe_export_refused(tmp_path: Path) -> None:
+    r, _ = _compile(tmp_path, "builtin:tiny-moe", output="export_hf = true")
+    assert _codes(r) == ["model-export-no-hf-architecture"]
+    r, _ = _compile(tmp_path, "builtin:tiny", output="export_hf = true")
+    assert r.ok
+
+
+def test_unreadable_source_is_left_to_run_time(tmp_path: Path) -> None:
+    r, _ = _compile(tmp_path, str(tmp_path / "not-here"))
+    assert r.ok, _codes(r)
+
+
+def test_validate_exits_2_without_importing_torch(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "ckpt", "olmo_hybrid")
+    _, spec = _compile(tmp_path, str(src))
+    out = subprocess.run(
+        [sys.executable, "-m", "compiler.cli", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "RLC_NO_CACHE": "1"},
+    )
+    assert out.returncode == 2, out.stderr
+    assert "model-source-unloadable" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr
+    code = (
+        "import sys; from compiler.pipeline import compile_spec; compile_spec(sys.argv[1]);"
+        "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','runtime','transformers')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compile_cache_notices_a_changed_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from compiler.cli import cli
+
+    monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLC_NO_CACHE", raising=False)
+    src = _hf_dir(tmp_path / "ckpt", "olmoe")
+    _, spec = _compile(tmp_path, str(src))
+    args = ["compile", str(spec), "-o", str(tmp_path / "build")]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    (src / "config.json").write_text(json.dumps({"model_type": "olmo_hybrid", "pad": 1}))
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 2 and "model-source-unloadable" in again.output
