@@ -25,6 +25,7 @@ from typing import Any
 
 from compiler.bind import Bound, dotted
 from compiler.diagnostics import Span
+from compiler.model_source import SourceInfo
 from compiler.provenance import Provenance, span_kind
 
 
@@ -150,9 +151,8 @@ class _Resolver:
         self.prov: dict[str, Provenance] = {}
         self.explicit: set[str] = set()
         self.spans: dict[str, Span] = {}
-        from compiler.model_source import SourceInfo
-
         self.source_info = SourceInfo()
+        self.given_source_info: SourceInfo | None = None
 
     # -- provenance --------------------------------------------------------------------
     def record_sources(self) -> None:
@@ -252,7 +252,11 @@ class _Resolver:
         )
         from compiler import model_source
 
-        self.source_info = model_source.inspect(m["source"], m["format"], m["hf_template"])
+        self.source_info = (
+            self.given_source_info
+            if self.given_source_info is not None
+            else model_source.inspect(m["source"], m["format"], m["hf_template"])
+        )
         if builtin:
             arch, formula = info.get("architecture", "dense"), "the builtin model's architecture"
         elif self.source_info.family:
@@ -827,12 +831,21 @@ def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) 
     return out
 
 
-def resolve(bound: Bound, spec_path: str, lock: dict[str, Any] | None = None) -> Resolved:
+def resolve(
+    bound: Bound,
+    spec_path: str,
+    lock: dict[str, Any] | None = None,
+    source_info: SourceInfo | None = None,
+) -> Resolved:
+    """``source_info``: what the model checkpoint said at compile time (re-derivation on
+    another machine must not depend on whether the checkpoint is readable there)."""
     if lock is None:
         from compiler.resources import runtime_lock_path
 
         lock = json.loads(runtime_lock_path().read_text())
-    return _Resolver(bound, spec_path, lock).run()
+    resolver = _Resolver(bound, spec_path, lock)
+    resolver.given_source_info = source_info
+    return resolver.run()
 
 
 __all__ = ["Resolved", "dotted", "field_paths", "resolve"]

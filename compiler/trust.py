@@ -162,6 +162,24 @@ def _entry(key: str, value: Any) -> Any:
     return Entry(key, _CONFIG_SPAN, _node(value))
 
 
+def _source_info(manifest: dict[str, Any]) -> Any:
+    """What the checkpoint said at compile time (it may be unreadable, or readable only,
+    where the manifest is re-derived); a forged value only changes which compile-time
+    refusal fires: the runtime's loader checks the checkpoint again."""
+    from compiler.model_source import SourceInfo
+
+    facts = manifest.get("facts")
+    facts = facts if isinstance(facts, dict) else {}
+    model = (manifest.get("config") or {}).get("model") or {}
+    export = facts.get("model_hf_export_problem", "")
+    return SourceInfo(
+        problem=str(facts.get("model_source_problem", "")),
+        family=str(facts.get("model_source_family", "")),
+        export_problem="" if str(model.get("source", "")).startswith("builtin:") else str(export),
+        template_problem=str(facts.get("model_template_problem", "")),
+    )
+
+
 def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
     """The derived parts of ``manifest`` recomputed from its user-written config.
 
@@ -178,7 +196,9 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
     if bound.spec is None:
         raise DiagnosticError([d for d in bound.diagnostics if d.is_error])
     lock = manifest.get("runtime_lock")
-    resolved = resolve(bound, "manifest.json", lock if isinstance(lock, dict) else {})
+    resolved = resolve(
+        bound, "manifest.json", lock if isinstance(lock, dict) else {}, _source_info(manifest)
+    )
     config = resolved.config
     return {
         "config": config,

@@ -181,3 +181,17 @@ def test_compile_cache_notices_a_changed_checkpoint(tmp_path: Path, monkeypatch)
     (src / "config.json").write_text(json.dumps({"model_type": "olmo_hybrid", "pad": 1}))
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "model-source-unloadable" in again.output
+
+
+def test_rederivation_does_not_reread_the_checkpoint(tmp_path: Path) -> None:
+    """Compiled where the checkpoint was unreadable, run where it is: the manifest holds."""
+    from compiler.trust import load_trusted
+
+    src = tmp_path / "later"
+    r, _ = _compile(tmp_path, str(src), extra='architecture = "moe"')
+    assert r.ok, _codes(r)
+    from compiler.manifest import write_manifest
+
+    out = write_manifest(r.manifest(), tmp_path / "manifest.json")
+    _hf_dir(src, "olmoe")
+    assert load_trusted(out)["config"]["model"]["architecture"] == "moe"
