@@ -382,7 +382,7 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
 
 def _env_checks(bound: Bound) -> list[Diagnostic]:
     """Per-name checks of launch.env / launch.secrets (credentials, reserved names)."""
-    from compiler.spec.constants import CREDENTIAL_SUFFIXES, RESERVED_ENV
+    from compiler.spec.constants import CREDENTIAL_NAMES, CREDENTIAL_SUFFIXES, RESERVED_ENV
 
     out: list[Diagnostic] = []
     launch = bound.merged.get("launch")
@@ -407,7 +407,7 @@ def _env_checks(bound: Bound) -> list[Diagnostic]:
                     )
                 )
             elif table == "env" and (
-                upper.endswith(CREDENTIAL_SUFFIXES) or upper in {"TOKEN", "PASSWORD", "SECRET"}
+                upper.endswith(CREDENTIAL_SUFFIXES) or upper in CREDENTIAL_NAMES
             ):
                 out.append(
                     Diagnostic(

@@ -88,17 +88,41 @@ def _span_text(span: dict[str, Any] | None) -> str:
     return f"{span.get('file')}:{span.get('line')}:{span.get('column')}"
 
 
-def _source_line(manifest_path: Path, span: dict[str, Any]) -> str | None:
+def _source_line(manifest_path: Path, source: dict[str, Any], span: dict[str, Any]) -> str | None:
+    """The spec line a span points at, read only from a file the manifest names.
+
+    A span may name the compiled spec (``source.path``, looked up relative to the working
+    directory and to the manifest) or a catalog recipe; the file is read only when its
+    sha256 is the one recorded at compile time, so a manifest cannot make `explain` print
+    another file (``/proc/self/environ``, a key) by naming it in a span.
+    """
+    import hashlib
+
     file = span.get("file")
     line = span.get("line")
-    if not isinstance(file, str) or not isinstance(line, int) or file.startswith("override"):
+    if not isinstance(file, str) or not isinstance(line, int):
         return None
-    for base in (Path.cwd(), manifest_path.parent):
-        candidate = (base / file) if not Path(file).is_absolute() else Path(file)
+    candidates: list[Path] = []
+    expected = None
+    if file == source.get("path"):
+        expected = source.get("sha256")
+        p = Path(file)
+        candidates = [p] if p.is_absolute() else [Path.cwd() / p, manifest_path.parent / p]
+    elif file.startswith("recipe ") and file[7:] == source.get("recipe"):
+        from compiler.resources import recipes_dir
+
+        rdir = recipes_dir()
+        if file[7:] in {r.stem for r in rdir.glob("*.toml")}:
+            expected = source.get("recipe_sha256")
+            candidates = [rdir / f"{file[7:]}.toml"]
+    for candidate in candidates:
         try:
-            lines = candidate.read_text(encoding="utf-8").splitlines()
+            data = candidate.read_bytes()
         except OSError:
             continue
+        if not isinstance(expected, str) or hashlib.sha256(data).hexdigest() != expected:
+            continue
+        lines = data.decode("utf-8", errors="replace").splitlines()
         if 1 <= line <= len(lines):
             return lines[line - 1].strip()
     return None
@@ -170,7 +194,7 @@ def explain_manifest_field(manifest_path: Path, field: str) -> str:
             where = f"recipe {prov.get('recipe')} at " if kind == "recipe" else "spec at "
             lines.append(f"{pad}{path} = {shown}: {where}{_span_text(span)}")
             if span:
-                src = _source_line(manifest_path, span)
+                src = _source_line(manifest_path, manifest["source"], span)
                 if src:
                     lines.append(f"{pad}    | {src}")
         if prov.get("alias"):

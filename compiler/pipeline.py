@@ -145,19 +145,24 @@ def load_recipe_layer(name: str, span: Span | None) -> tuple[Any, str, str, byte
     from compiler.resources import recipes_dir
 
     rdir = recipes_dir()
-    path = rdir / f"{name}.toml"
-    if not path.is_file():
-        names = sorted(p.stem for p in rdir.glob("*.toml"))
+    names = sorted(p.stem for p in rdir.glob("*.toml"))
+    # a recipe is a catalog name, never a path: "/etc/x" or "../x" must not load a file
+    if name not in names:
         raise DiagnosticError(
             Diagnostic(
                 "error",
                 "unknown-recipe",
-                f"unknown recipe {name!r}",
+                f"unknown recipe {name!r}"
+                + (
+                    "; a recipe is a catalog name, not a path"
+                    if "/" in name or "\\" in name
+                    else ""
+                ),
                 span,
                 help=did_you_mean(name, names) or (f"available recipes: {', '.join(names)}",),
             )
         )
-    data = path.read_bytes()
+    data = (rdir / f"{name}.toml").read_bytes()
     source = f"recipe {name}"
     text = data.decode("utf-8")
     doc = _parse(text, source)
@@ -226,9 +231,17 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
     layers.append(Layer("spec", doc))
     stage("parse")
     bound = bind(layers)
+    from compiler.secrets import bound_span, mask_message, mask_sources, scan
+
+    leaked, values = scan(bound.merged, bound_span(bound))
+    if leaked:
+        mask_sources(result.sources, values)
+        bound.diagnostics[:] = mask_message(bound.diagnostics, values)
+        bound.spec = None
     stage("bind")
     result.bound = bound
     result.diagnostics.extend(bound.diagnostics)
+    result.diagnostics.extend(leaked)
     if bound.spec is None or result.errors:
         return
     if lock is None:

@@ -130,6 +130,24 @@ def _join(base_dir: str, p: str | None) -> str | None:
     return posixpath.normpath(posixpath.join(base_dir or ".", p))
 
 
+# System directories a run directory may never be, nor lie under.
+_SYSTEM_DIRS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+    "/root", "/run", "/sbin", "/sys", "/usr", "/var",
+)  # fmt: skip
+
+
+def _system_path(root: str) -> bool:
+    """``output.root`` (already normalised) is a system directory, under one, a shared
+    top-level directory itself ("/", "/tmp", "/weka") or the working directory: a run there
+    could clobber what others own."""
+    if not root.startswith("/"):
+        return root in (".", "")
+    if root in ("/", "/tmp", "/home", "/weka", "/mnt", "/media", "/opt", "/srv"):
+        return True
+    return any(root == d or root.startswith(d + "/") for d in _SYSTEM_DIRS)
+
+
 def _strings(node: Any) -> list[str]:
     if isinstance(node, str):
         return [node]
@@ -525,16 +543,21 @@ class _Resolver:
             self._fact_span(
                 spans, "facts.weka_mount_overlap", ("launch", "weka_mounts", idx, "mount_path")
             )
-        weka = sorted({s for s in _strings(scan) if s.startswith("/weka/")})
+        # normalised first: "/weka/x/../../etc" is /etc, not a path under /weka
+        norm = {s: posixpath.normpath(s) for s in _strings(scan) if s.startswith("/")}
+        weka = sorted({n for n in norm.values() if n.startswith("/weka/")})
         overlap = sorted(set(launch["env"]) & set(launch["secrets"]))
         if overlap:
             self._fact_span(
                 spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True
             )
-        for p in weka:
-            span = self._find_string_span(p)
+        for orig, n in norm.items():
+            span = self._find_string_span(orig) if n in weka else None
             if span is not None:
                 spans.setdefault("facts.weka_paths", span)
+        root_system = _system_path(c["output"]["root"])
+        if root_system:
+            self._fact_span(spans, "facts.output_root_system", ("output", "root"))
         judges = c["judges"]
         bindings = c["judging"]["bindings"]
         unknown_j = sorted({b["judge"] for b in bindings.values()} - set(judges))
@@ -629,6 +652,7 @@ class _Resolver:
                 "duplicate_tasks": dup,
                 "background_only_fields": background_fields,
                 "eval_reserved_server_args": bad_args,
+                "output_root_system": root_system,
                 "builtin_model": c["model"]["source"].startswith("builtin:"),
                 "builtin_base": _builtin_base(c["model"]["source"]),
                 "builtin_bad_overrides": _builtin_bad_overrides(c["model"]["source"]),

@@ -193,8 +193,11 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
     user = _user_config(manifest)
     doc = Document(Table({k: _entry(k, v) for k, v in user.items()}, "root", _CONFIG_SPAN), "")
     bound = bind([Layer("spec", doc)])
-    if bound.spec is None:
-        raise DiagnosticError([d for d in bound.diagnostics if d.is_error])
+    from compiler.secrets import scan
+
+    leaked, _ = scan(bound.merged, lambda path: None)
+    if bound.spec is None or leaked:
+        raise DiagnosticError([d for d in (*bound.diagnostics, *leaked) if d.is_error])
     lock = manifest.get("runtime_lock")
     resolved = resolve(
         bound, "manifest.json", lock if isinstance(lock, dict) else {}, _source_info(manifest)

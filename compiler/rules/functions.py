@@ -7,6 +7,7 @@ callable (a type error, say) into null as well, so a rule never crashes evaluati
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,7 +63,8 @@ def _any_startswith(items: Any, prefix: Any) -> bool:
 @lru_cache(maxsize=4096)
 def _is_under(path: str, root: str) -> bool:
     """Cached: `rlc lint` asks about the same few paths for every manifest."""
-    p, r = PurePosixPath(path), PurePosixPath(root)
+    # normalised: "/weka/x/../../etc" is not under /weka/x
+    p, r = PurePosixPath(posixpath.normpath(path)), PurePosixPath(posixpath.normpath(root))
     return p == r or r in p.parents
 
 

@@ -131,6 +131,14 @@ CREDENTIAL_SUFFIXES = (
     "_PRIVATE_KEY",
     "_ACCESS_KEY",
     "_CREDENTIALS",
+    "_KEY",
+    "_AUTH",
+    "_PAT",
+    "_PASSWD",
+)
+# Whole names that mark a credential.
+CREDENTIAL_NAMES = frozenset(
+    {"TOKEN", "PASSWORD", "SECRET", "API_KEY", "APIKEY", "AUTH", "CREDENTIALS", "KEY", "PAT"}
 )
 
 # Shared Triton cache root on GPU runs (compiler_cache.shared_root default).

@@ -149,6 +149,11 @@ CASES: list[tuple[str, str, str]] = [
         '[launch]\nenv = { FOO = "1" }\nsecrets = { BAR = "bar-secret" }\n',
     ),
     (
+        "output-root-system",
+        '[output]\nroot = "/weka/x/../../etc"  # <-\n',
+        '[output]\nroot = "/tmp/rlc-run"\n',
+    ),
+    (
         "launch-multinode-shared-storage",
         '[trainer]\nnodes = 2\n[output]\nroot = "out"  # <-\n',
         '[trainer]\nnodes = 2\n[output]\nroot = "/weka/oe-training-default/run"\n',
