@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,20 @@ class ResolvedView:
             for p, s in self.r.spans.items():
                 if p.startswith(prefix):
                     return s
+        if span is None:
+            span = self._input_span(path, 0)
         return span
+
+    def _input_span(self, path: str, depth: int) -> Span | None:
+        """A derived value is positioned at the first user-written input it came from."""
+        prov = self.r.provenance.get(path)
+        if prov is None or depth > 8:
+            return None
+        for inp in prov.inputs:
+            found = self.r.spans.get(inp) or self._input_span(inp, depth + 1)
+            if found is not None:
+                return found
+        return None
 
 
 def _flatten(prefix: str, node: Any, out: set[str]) -> None:
@@ -199,12 +212,9 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
 
     data = _read(path, shown)
     result.source_sha256 = hashlib.sha256(data).hexdigest()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DiagnosticError(
-            Diagnostic("error", "spec-io", f"{shown} is not UTF-8 text (byte {exc.start})")
-        ) from exc
+    from compiler.parse.source import decode_bytes
+
+    text = decode_bytes(data, shown)  # invalid UTF-8: positioned at the first bad byte
     result.sources.add(shown, text)
     for i, ov in enumerate(result.overrides, start=1):
         result.sources.add(f"override {i}", ov)
@@ -286,4 +296,9 @@ def check(resolved: Any, result: CompileResult | None = None) -> list[Diagnostic
     ruleset = load_rules(rules_dir(), known_fields(resolved))
     if result is not None:
         result.ruleset = ruleset
-    return [f.to_diagnostic() for f in evaluate(ruleset, ResolvedView(resolved))]
+    out = [f.to_diagnostic() for f in evaluate(ruleset, ResolvedView(resolved))]
+    if result is not None:
+        # a finding about defaults and plan values alone still points into the spec: its top
+        start = Span(result.source_path, 1, 1, 1, 2)
+        out = [d if d.span is not None else replace(d, span=start) for d in out]
+    return out

@@ -53,6 +53,16 @@ def sign_bytes(data: bytes, key: str) -> str:
     return "hmac-sha256:" + hmac.new(key.encode(), data, hashlib.sha256).hexdigest()
 
 
+def write_signature(manifest_path: str | Path, key: str) -> Path:
+    """Sign the manifest file's bytes into ``manifest.json.sig`` (atomically)."""
+    path = Path(manifest_path)
+    sig = signature_path(path)
+    tmp = sig.with_name(f".{sig.name}.{os.getpid()}.tmp")
+    tmp.write_text(sign_bytes(path.read_bytes(), key) + "\n")
+    os.replace(tmp, sig)
+    return sig
+
+
 def signing_key(env: Mapping[str, str] | None = None) -> str | None:
     key = (os.environ if env is None else env).get(SIGNING_KEY_ENV) or None
     return key

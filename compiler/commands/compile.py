@@ -97,10 +97,8 @@ def _compile(
 
 def _sign_compile(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str) -> None:
     """Compile (never from the cache: the signature is written afresh) and sign."""
-    import os
-
     from compiler.diagnostics import Diagnostic, DiagnosticError
-    from compiler.trust import SIGNING_KEY_ENV, sign_bytes, signature_path, signing_key
+    from compiler.trust import SIGNING_KEY_ENV, signing_key, write_signature
 
     key = signing_key()
     if key is None:
@@ -112,11 +110,7 @@ def _sign_compile(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str)
                 help=("export the team's signing key, or compile without --sign",),
             )
         )
-    path = _compile(spec, overrides, out_dir, fmt, None)
-    sig = signature_path(path)
-    tmp = sig.with_name(f".{sig.name}.{os.getpid()}.tmp")
-    tmp.write_text(sign_bytes(path.read_bytes(), key) + "\n")
-    os.replace(tmp, sig)
+    write_signature(_compile(spec, overrides, out_dir, fmt, None), key)
 
 
 def _emit_extras(manifest: dict[str, object], path: Path) -> None:

@@ -37,7 +37,13 @@ def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
     if result.warnings:
         emit_diagnostics(result.warnings, result.sources, fmt)
     manifest = result.manifest()  # raises DiagnosticError on errors
-    return write_manifest(manifest, manifest_path_for(manifest))
+    path = write_manifest(manifest, manifest_path_for(manifest))
+    from compiler.trust import signing_key, write_signature
+
+    key = signing_key()
+    if key is not None:  # the runtime requires a signature when the key is set
+        write_signature(path, key)
+    return path
 
 
 def run_manifest(path: Path, resume: str | None, progress: bool) -> int:

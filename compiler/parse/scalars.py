@@ -113,10 +113,15 @@ def atom_value(text: str) -> tuple[Any, ScalarKind]:
         return False, "bool"
     if _DEC_INT.fullmatch(text) or _PREFIXED_INT.fullmatch(text):
         clean = text.replace("_", "")
-        value = int(clean, 0) if clean[:2] in ("0x", "0o", "0b") else int(clean)
-        if not INT64_MIN <= value <= INT64_MAX:
+        prefixed = clean[:2] in ("0x", "0o", "0b")
+        # never convert thousands of digits (slow, and refused by int() past 4300 digits):
+        # 64 binary digits, or 20 decimal ones, already exceed 64 bits
+        digits = clean[2:].lstrip("0") if prefixed else clean.lstrip("+-")
+        too_long = len(digits) > (64 if prefixed else 20)
+        value = 0 if too_long else int(clean, 0) if prefixed else int(clean)
+        if too_long or not INT64_MIN <= value <= INT64_MAX:
             raise ScalarIssue(
-                f"integer {text} does not fit in 64 bits",
+                f"integer {text if len(text) <= 40 else text[:20] + '...'} does not fit in 64 bits",
                 0,
                 len(text),
                 ("TOML integers range from -2^63 to 2^63-1; use a float or a string",),

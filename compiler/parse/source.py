@@ -9,12 +9,18 @@ exactly as tomllib does (so multi-line strings decode identically); no column mo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span
 
 BOM = "\ufeff"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
 _MAX_REPORTED = 10
+# Limits far above any real spec that keep the parser's recursion and memory bounded.
+MAX_TEXT_CHARS = 1024 * 1024
+MAX_NESTING = 64
+_NEST_START = re.compile(r"[\"'#\[\]{}]")
+_BASIC_BODY = re.compile(r'(?:[^"\\\n]|\\.)*')
 
 
 class ParseError(DiagnosticError):
@@ -57,6 +63,7 @@ def prepare(text: str, source: str) -> str:
     """
     if text.startswith(BOM):
         text = " " + text[1:]
+    _check_limits(text, source)
     diagnostics: list[Diagnostic] = []
     last_line = 0
     for match in _CONTROL.finditer(text):
@@ -87,3 +94,84 @@ def prepare(text: str, source: str) -> str:
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     return text
+
+
+def _limit_error(text: str, source: str, offset: int, message: str, help_: str) -> ParseError:
+    line, col = position(text, offset)
+    diag = Diagnostic(
+        "error", "toml-limit", message, Span(source, line, col, line, col + 1), help=(help_,)
+    )
+    shown = text[: text.find("\n", offset) if "\n" in text[offset:] else len(text)]
+    return ParseError([diag], SourceMap({source: shown}))
+
+
+def _check_limits(text: str, source: str) -> None:
+    """Size and nesting depth, positioned where the limit is crossed (before the parser
+    would recurse that deep or hold that much)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise _limit_error(
+            text,
+            source,
+            MAX_TEXT_CHARS,
+            f"the text is longer than {MAX_TEXT_CHARS} characters; a spec is a few kilobytes",
+            "keep data out of the spec: point at files (data.tasks paths, data.manifest)",
+        )
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return
+    depth = 0
+    for offset, tok in _brackets(text):
+        if tok in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise _limit_error(
+                    text,
+                    source,
+                    offset,
+                    f"arrays and tables nest deeper than {MAX_NESTING} levels here",
+                    "flatten the value; no spec field nests that deep",
+                )
+        else:
+            depth = max(depth - 1, 0)
+
+
+def _closing(text: str, quote: str, start: int) -> int:
+    """Index after the closing triple quote of a multi-line string opened before ``start``."""
+    k = text.find(quote, start)
+    while k >= 0 and quote == '"""':
+        slashes = len(text[:k]) - len(text[:k].rstrip("\\"))
+        if slashes % 2 == 0:
+            break
+        k = text.find(quote, k + 1)
+    if k < 0:
+        return len(text)
+    k += 3
+    while k < len(text) and text[k] == quote[0]:  # up to two quotes may end the content
+        k += 1
+    return k
+
+
+def _brackets(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, bracket) outside strings and comments, in one linear pass."""
+    i = 0
+    n = len(text)
+    while i < n:
+        m = _NEST_START.search(text, i)
+        if m is None:
+            return
+        j, c = m.start(), m.group()
+        if c == "#":
+            k = text.find("\n", j)
+            i = n if k < 0 else k + 1
+        elif c in "\"'":
+            if text.startswith(c * 3, j):
+                i = _closing(text, c * 3, j + 3)
+            elif c == '"':
+                body = _BASIC_BODY.match(text, j + 1)
+                i = (body.end() if body else j + 1) + 1
+            else:
+                k = text.find("'", j + 1)
+                nl = text.find("\n", j + 1)
+                i = n if k < 0 else (k + 1 if nl < 0 or k < nl else nl + 1)
+        else:
+            yield j, c
+            i = j + 1

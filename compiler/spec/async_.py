@@ -36,6 +36,7 @@ class AsyncSection(Section):
         aliases=("async.async_max_concurrent_samples",),
         derived="ceil(max(P*S, 2*engines*min(server_concurrency, max_running_requests)) / S) * S",
         ge=1,
+        le=2**30,
     )
     unused_sample_handler: Literal["drop", "retry"] = fld(
         "retry",

@@ -23,6 +23,7 @@ class InferenceSection(Section):
         description="total inference GPUs",
         derived="trainer world when colocated on GPUs; 1 when disaggregated on GPUs; 0 on CPU",
         ge=0,
+        le=2048,
     )
     tensor_parallel: int = fld(
         1,
@@ -36,6 +37,7 @@ class InferenceSection(Section):
         description="rollout engines",
         derived="inference.gpus / inference.tensor_parallel, or 1 for a CPU embedded engine",
         ge=1,
+        le=2048,
     )
     router: bool = fld(True, description="put the engines behind sglang-router")
     router_policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = fld(
@@ -58,33 +60,38 @@ class InferenceSection(Section):
         description="prompts per rollout collection",
         aliases=("inference.rollout_batch_size",),
         ge=1,
+        le=65536,
     )
     samples_per_prompt: int = fld(
         8,
         description="responses sampled per prompt (group size)",
         aliases=("inference.n_samples_per_prompt",),
         ge=1,
+        le=1024,
     )
     global_batch_size: int | None = fld(
         None,
         description="samples per optimizer update",
         derived="prompts_per_collection * samples_per_prompt",
         ge=1,
+        le=2**26,
     )
     max_context_length: int = fld(
-        6144, description="prompt + response token budget (trainer and engines)", ge=2
+        6144, description="prompt + response token budget (trainer and engines)", ge=2, le=1048576
     )
     max_response_length: int | None = fld(
         None,
         description="response token cap",
         derived="min(4096, max_context_length // 2)",
         ge=1,
+        le=1048576,
     )
     max_prompt_length: int | None = fld(
         None,
         description="prompt token cap (longer prompts are rejected, never truncated)",
         derived="max_context_length - max_response_length",
         ge=1,
+        le=1048576,
     )
     temperature: float = fld(1.0, description="sampling temperature", ge=0.0)
     top_p: float = fld(1.0, description="nucleus sampling", gt=0.0, le=1.0)
@@ -94,12 +101,14 @@ class InferenceSection(Section):
         description="engine admission: concurrent requests per engine",
         aliases=("inference.sglang_max_running_requests",),
         ge=1,
+        le=65536,
     )
     server_concurrency: int = fld(
         64,
         description="client HTTP slots per engine",
         aliases=("inference.sglang_server_concurrency",),
         ge=1,
+        le=65536,
     )
     max_total_tokens: int | None = fld(
         None,
@@ -107,6 +116,7 @@ class InferenceSection(Section):
         aliases=("inference.sglang_max_total_tokens",),
         derived="max(524288, max_running_requests * max_context_length)",
         ge=1,
+        le=2**36,
     )
     mem_fraction_static: float | None = fld(
         None,

@@ -45,6 +45,7 @@ class OptimizerSection(Section):
         description="optimizer updates per rollout collection",
         derived="prompts_per_collection * samples_per_prompt // global_batch_size",
         ge=1,
+        le=64,
     )
     scoring_pass: bool | None = fld(
         None,

@@ -8,7 +8,9 @@ from compiler.spec._base import Section, fld
 
 
 class TrainerSection(Section):
-    nodes: int = fld(1, description="trainer nodes", aliases=("trainer.trainer_num_nodes",), ge=1)
+    nodes: int = fld(
+        1, description="trainer nodes", aliases=("trainer.trainer_num_nodes",), ge=1, le=256
+    )
     gpus: int = fld(
         0,
         description="trainer GPUs per node (0: train on CPU)",
@@ -27,14 +29,18 @@ class TrainerSection(Section):
         description="expert-parallel degree (MoE); must divide the trainer world",
         aliases=("trainer.expert_parallel_size",),
         ge=1,
+        le=1024,
     )
-    tensor_parallel: int = fld(1, description="trainer tensor parallelism (only 1)", ge=1)
-    pipeline_parallel: int = fld(1, description="trainer pipeline parallelism (only 1)", ge=1)
-    context_parallel: int = fld(1, description="trainer context parallelism (only 1)", ge=1)
+    tensor_parallel: int = fld(1, description="trainer tensor parallelism (only 1)", ge=1, le=64)
+    pipeline_parallel: int = fld(
+        1, description="trainer pipeline parallelism (only 1)", ge=1, le=64
+    )
+    context_parallel: int = fld(1, description="trainer context parallelism (only 1)", ge=1, le=64)
     micro_batch_size: int = fld(
         1,
         description="samples per micro-batch (only 1: one packed row of whole samples)",
         ge=1,
+        le=1024,
     )
     dynamic_batching: bool = fld(False, description="dynamic batch sizing (not supported)")
     activation_recompute: bool = fld(
@@ -57,6 +63,7 @@ class TrainerSection(Section):
         description="tokens per packed row",
         derived="inference.max_context_length when packing",
         ge=1,
+        le=1048576,
     )
     row_specialization: Literal["static", "dynamic"] = fld(
         "dynamic", description="SwiGLU row specialization"

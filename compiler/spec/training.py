@@ -13,6 +13,7 @@ class TrainingSection(Section):
         description="rollout collections to run (each ends in one or more optimizer updates)",
         aliases=("training.collections",),
         ge=1,
+        le=100000,
     )
     algorithm: Literal["grpo", "opd"] = fld(
         "grpo", description="training objective (opd: on-policy distillation, experimental)"
