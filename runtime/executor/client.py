@@ -32,6 +32,8 @@ class LocalExecutor:
         python: str | None = None,
         env: dict[str, str] | None = None,
         site: bool = False,
+        allow_unsandboxed: bool = False,
+        allow_network: bool = False,
     ) -> None:
         repo_root = str(Path(__file__).resolve().parents[2])
         child_env = dict(os.environ if env is None else env)
@@ -44,6 +46,10 @@ class LocalExecutor:
             argv += ["--python", python]
         if site:
             argv.append("--site")
+        if allow_unsandboxed:
+            argv.append("--allow-unsandboxed")
+        if allow_network:
+            argv.append("--allow-network")
         # stderr goes to a file: an unread pipe would eventually block the server.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(

@@ -6,6 +6,9 @@ Request::
      "tests": <function: HumanEval test code (str) or [{"code": str, "entry_point": str}]
               | stdio: [{"input": str, "output": str}]>,
      "entry_point": "name"          # function mode, when tests is a string
+     "context": "..."               # function mode: trusted code the tests may use (the
+                                    # prompt: helpers such as HumanEval's ``poly``)
+     "network": false               # only where the executor allows network
      "limits": {"wall_s", "cpu_s", "memory_mb", "max_processes", "output_bytes",
                 "file_bytes", "open_files", "disk_mb"},
      "stop_on_failure": false}
@@ -22,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.executor.sandbox import Limits, RunOutcome
+from runtime.executor.sandbox import JudgeSpec, Limits, RunOutcome
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_CODE_BYTES = 1_000_000
@@ -35,11 +38,13 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class TestCase:
-    """One sandboxed run: the full program and, for stdio, its input and expected output."""
+    """One sandboxed run: the program and, for stdio, its input and expected output, or,
+    for a function test, what the judge runs against it."""
 
     program: str
     stdin: str | None = None
     expected: str | None = None
+    judge: JudgeSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -48,11 +53,7 @@ class RunRequest:
     cases: tuple[TestCase, ...]
     limits: Limits
     stop_on_failure: bool
-
-
-def function_program(code: str, test: str, entry_point: str) -> str:
-    """HumanEval layout: solution, then the test code, then ``check(entry_point)``."""
-    return f"{code}\n\n{test}\n\ncheck({entry_point})\n"
+    network: bool = False
 
 
 def parse_request(body: Any, ceiling: Limits | None = None) -> RunRequest:
@@ -69,6 +70,12 @@ def parse_request(body: Any, ceiling: Limits | None = None) -> RunRequest:
         raise RequestError(f"'code' is larger than {MAX_CODE_BYTES} bytes")
     mode = body.get("mode", "function")
     tests = body.get("tests")
+    context = body.get("context") or ""
+    if not isinstance(context, str):
+        raise RequestError("'context' must be a string")
+    network = body.get("network", False)
+    if not isinstance(network, bool):
+        raise RequestError("'network' must be true or false")
     cases: list[TestCase] = []
     if mode == "function":
         if isinstance(tests, str):
@@ -83,7 +90,7 @@ def parse_request(body: Any, ceiling: Limits | None = None) -> RunRequest:
             entry = t.get("entry_point") or body.get("entry_point")
             if not isinstance(entry, str) or not _IDENT.match(entry):
                 raise RequestError(f"tests[{i}]: 'entry_point' must be a Python identifier")
-            cases.append(TestCase(function_program(code, t["code"], entry)))
+            cases.append(TestCase(code, judge=JudgeSpec(t["code"], entry, context)))
     elif mode == "stdio":
         if not isinstance(tests, list) or not tests:
             raise RequestError("stdio mode needs 'tests': a list of {input, output}")
@@ -105,7 +112,8 @@ def parse_request(body: Any, ceiling: Limits | None = None) -> RunRequest:
         limits = Limits.from_request(body.get("limits"), ceiling)
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    return RunRequest(mode, tuple(cases), limits, bool(body.get("stop_on_failure", False)))
+    stop = bool(body.get("stop_on_failure", False))
+    return RunRequest(mode, tuple(cases), limits, stop, network)
 
 
 def normalize_output(text: str) -> str:

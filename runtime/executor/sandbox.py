@@ -1,26 +1,29 @@
-"""Run one untrusted Python program under OS limits and report what happened.
+"""Run one untrusted Python program in a sandbox and report what happened.
 
-Each run gets a fresh private working directory and a fresh ``python -I`` process in its own
-session. What is enforced depends on what the host allows; `probe_isolation` finds out once
-at start-up and `/health` reports it:
+Every run starts `init` (``runtime/executor/init.py``), which builds the sandbox and makes the
+program PID 1 of its own PID namespace. `probe_isolation` picks the strongest layer the host
+allows, once, by running a real sandboxed program, and ``GET /health`` reports it:
 
-* ``namespaces`` (root or CAP_SYS_ADMIN): a new network namespace (only a downed loopback,
-  so every connect fails) and a new mount namespace in which ``/tmp``, ``/var/tmp``,
-  ``/dev/shm`` and ``/run/lock`` are empty read-only tmpfs mounts; the working directory is
-  a private size-capped tmpfs at ``/tmp/work`` (``limits.disk_mb``; gone with the run) and
-  the interpreter's prefix is bind-mounted read-only at ``/tmp/.rlc-python``.
-* ``uid`` (root): the program runs as a throw-away uid (one per worker slot, no passwd
-  entry, no groups, ``no_new_privs``), so it can write only its own directory, cannot read
-  other users' files (``/root``, other processes' ``/proc/PID/environ``), RLIMIT_NPROC
-  applies to it, and every process of that uid is killed after the run, including
-  children that left the session.
-* ``audit`` (fallback when namespaces are unavailable): an audit hook inside the harness
-  refuses sockets, process creation, ctypes and writes outside the working directory.
-  This is best effort: native code can bypass it.
+* ``namespaces`` (root with CAP_SYS_ADMIN): mount, network, PID, IPC and UTS namespaces,
+  a read-only mount tree whose only writable place is the size-capped tmpfs working
+  directory, a private ``/proc``, and a throw-away uid per worker slot (no groups); every
+  process of that uid, zombies included, is gone before the slot is used again.
+* ``userns`` (no privilege needed): the same namespaces inside a new user namespace that maps
+  only the service's own uid (as root: the slot's throw-away uid, swept like above);
+  processes are bounded by RLIMIT_NPROC, which the kernel counts per user namespace, and
+  the PID namespace, with all it holds, dies with its first process.
+* In both: Landlock (reads only in system directories, writes only in the working directory,
+  no TCP, no signals or abstract sockets out of the domain) where the kernel has it, a
+  seccomp filter compiled with libseccomp (no ptrace, mount, new namespaces, bpf, keyrings,
+  io_uring, ...; no sockets but AF_UNIX unless network is allowed), ``no_new_privs``.
+* ``none``: only rlimits. Used only when the service is started with an explicit opt-in
+  (``--allow-unsandboxed``); it says so loudly at start-up, in ``/health`` and in every
+  answer. Without the opt-in a host with no layer refuses to start the executor.
 
 Always: rlimits (CPU, address space, processes, file size, open files, no core dumps), a
-scrubbed environment, a wall-clock timeout that kills the whole process group, and capped
-stdout/stderr.
+scrubbed environment, a wall-clock timeout that kills the whole run, and capped output.
+Verdicts are never taken from the program: stdio output is compared by the service and
+function tests are judged by a separate process (`judge`) on values rebuilt from plain data.
 """
 
 from __future__ import annotations
@@ -28,12 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import resource
-import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -42,29 +44,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-HARNESS_PATH = Path(__file__).with_name("harness.py")
+_HERE = Path(__file__).resolve().parent
+INIT_SOURCE = (_HERE / "init.py").read_text(encoding="utf-8")
+_VALUES_SOURCE = (_HERE / "values.py").read_text(encoding="utf-8")
+HARNESS_SOURCE = _VALUES_SOURCE + "\n" + (_HERE / "harness.py").read_text(encoding="utf-8")
+JUDGE_SOURCE = _VALUES_SOURCE + "\n" + (_HERE / "judge.py").read_text(encoding="utf-8")
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_REMOUNT = 32
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
-
-# World-writable places a dropped uid could still write; hidden behind read-only tmpfs.
-WRITABLE_SYSTEM_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SYS_LANDLOCK_CREATE_RULESET = 444
 SANDBOX_WORK = "/tmp/work"
 SANDBOX_PYTHON = "/tmp/.rlc-python"
 # Throw-away uids: far above any real account, distinct per executor process and slot.
 UID_BASE = 1_500_000_000
 MAX_SLOTS = 256
+KINDS = ("namespaces", "userns", "none")
+SETUP_FAILED = "rlc-sandbox: set-up failed"
+UNSANDBOXED_WARNING = (
+    "WARNING: the code executor runs UNSANDBOXED (no namespaces, Landlock or seccomp on this "
+    "host, explicitly allowed): programs can read this user's files, use the network and "
+    "signal its processes"
+)
 
 STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit", "killed")
+
+
+class SandboxUnavailable(RuntimeError):
+    """No isolation layer works on this host and running unsandboxed was not allowed."""
 
 
 @dataclass(frozen=True)
@@ -118,34 +123,52 @@ MAX_LIMITS = Limits(
 class Isolation:
     """What this host lets the executor enforce (reported by ``GET /health``)."""
 
-    namespaces: bool
+    kind: str
     drop_uid: bool
-    audit_hook: bool
+    landlock_abi: int
+    seccomp: bool
     python: str
     python_prefix: str
     reason: str = ""
     site: bool = False
+    allow_network: bool = False
+
+    @property
+    def namespaces(self) -> bool:
+        return self.kind in ("namespaces", "userns")
 
     def describe(self) -> dict[str, Any]:
+        sandboxed = self.namespaces
         return {
-            "network": "netns" if self.namespaces else "audit-hook",
+            "kind": self.kind,
+            "network": "netns" if sandboxed else "host",
             "filesystem": (
-                ("private-readonly-tmp+" if self.namespaces else "audit-hook+")
-                + ("unprivileged-uid" if self.drop_uid else "same-uid")
+                "read-only root, private tmpfs work dir"
+                + (", landlock" if self.landlock_abi else "")
+                if sandboxed
+                else "unrestricted"
             ),
-            "processes": "per-slot-uid-sweep" if self.drop_uid else "process-group",
-            "namespaces": self.namespaces,
+            "proc": "private" if sandboxed else "host",
+            "processes": (
+                ("per-slot-uid" if self.drop_uid else "per-userns") + " RLIMIT_NPROC, pid namespace"
+                if sandboxed
+                else "RLIMIT_NPROC of the service's uid"
+            ),
+            "namespaces": sandboxed,
             "drop_uid": self.drop_uid,
-            "audit_hook": self.audit_hook,
+            "landlock_abi": self.landlock_abi,
+            "seccomp": self.seccomp,
+            "allow_network": self.allow_network,
             "python": self.python,
             "site_packages": self.site,
+            "warning": "" if sandboxed else UNSANDBOXED_WARNING,
             "note": self.reason,
         }
 
 
 @dataclass
 class RunOutcome:
-    """What one sandboxed process did."""
+    """What one sandboxed run did."""
 
     status: str
     exit_code: int | None
@@ -156,35 +179,23 @@ class RunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class JudgeSpec:
+    """A function test: the trusted prompt context, the test code and the entry point."""
+
+    test: str
+    entry_point: str
+    context: str = ""
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    rc = _libc.mount(
-        src.encode() if src else None,
-        target.encode(),
-        fstype.encode() if fstype else None,
-        ctypes.c_ulong(flags),
-        data.encode() if data else None,
-    )
-    _check(rc, f"mount {target}")
-
-
-def _other_can_execute(path: str) -> bool:
-    """Whether a uid with no groups can reach and execute ``path`` (every parent o+x)."""
-    p = Path(path)
-    try:
-        if not p.stat().st_mode & stat.S_IXOTH:
-            return False
-        return all(parent.stat().st_mode & stat.S_IXOTH for parent in p.parents)
-    except OSError:
-        return False
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none)."""
+    rc = int(_libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), 1))
+    return max(rc, 0)
 
 
 def _python_prefix(python: str) -> tuple[str, str]:
@@ -205,131 +216,238 @@ def _python_prefix(python: str) -> tuple[str, str]:
     return exe, prefix
 
 
-def probe_isolation(python: str | None = None, mode: str = "auto", site: bool = False) -> Isolation:
-    """Decide the isolation mode: ``auto`` (best available), ``namespaces`` or ``audit``.
+# Denied to every sandboxed program (EPERM): debugging other processes, changing mounts or
+# namespaces, kernel objects that have been the way out of sandboxes before.
+DENIED_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "mount_setattr",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "bpf",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "quotactl",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "syslog",
+    "personality",
+)
+NAMESPACE_FLAGS = (
+    0x00020000,
+    0x02000000,
+    0x04000000,
+    0x08000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+)
+AF_UNIX = 1
 
-    ``site=False`` runs programs with ``-S`` (standard library only): faster start-up and
-    no third-party ``.pth`` hooks inside the sandbox.
-    """
+
+def build_seccomp(network: bool) -> bytes:
+    """The BPF program for sandboxed processes, compiled by libseccomp (``pyseccomp``)."""
+    import errno
+
+    import pyseccomp as sc  # type: ignore[import-untyped]
+
+    filt = sc.SyscallFilter(defaction=sc.ALLOW)
+    for name in DENIED_SYSCALLS:
+        with contextlib.suppress(Exception):  # a call this architecture does not have
+            filt.add_rule(sc.ERRNO(errno.EPERM), name)
+    for flag in NAMESPACE_FLAGS:
+        filt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
+    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    if not network:
+        filt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.NE, AF_UNIX))
+    with tempfile.TemporaryFile() as fh:
+        filt.export_bpf(fh)
+        fh.seek(0)
+        return fh.read()
+
+
+def _seccomp_files(root: str, allow_network: bool) -> dict[bool, str] | None:
+    """Write the filters (without and, if allowed, with network) under ``root``."""
+    try:
+        out = {}
+        for network in (False, True) if allow_network else (False,):
+            path = os.path.join(root, f"seccomp-{'net' if network else 'nonet'}.bpf")
+            Path(path).write_bytes(build_seccomp(network))
+            out[network] = path
+        return out
+    except Exception:
+        return None
+
+
+def probe_isolation(
+    python: str | None = None,
+    mode: str = "auto",
+    site: bool = False,
+    allow_unsandboxed: bool = False,
+    allow_network: bool = False,
+) -> Isolation:
+    """Pick the isolation: the first of ``namespaces`` (root), ``userns`` that runs a real
+    program; ``none`` only when asked for or allowed. Raises `SandboxUnavailable`."""
     exe, prefix = _python_prefix(python or sys.executable)
     if not exe.startswith(prefix.rstrip("/") + "/"):
         prefix = str(Path(exe).parent.parent)
     is_root = os.geteuid() == 0
-    namespaces = False
-    reason = ""
-    if mode in ("auto", "namespaces"):
-        namespaces, reason = _probe_namespaces()
-        if mode == "namespaces" and not namespaces:
-            raise RuntimeError(f"namespaces requested but unavailable: {reason}")
-    drop_uid = is_root and (namespaces or _other_can_execute(exe))
-    if is_root and not drop_uid:
-        reason += "; interpreter not reachable by an unprivileged uid, running as root"
-    if not is_root:
-        reason += "; not root: no uid drop, RLIMIT_NPROC counts this user's processes"
-    return Isolation(
-        namespaces=namespaces,
-        drop_uid=drop_uid,
-        audit_hook=not namespaces,
-        python=exe,
-        python_prefix=prefix,
-        reason=reason.strip("; "),
-        site=site,
+    abi = landlock_abi()
+    if mode == "auto":
+        candidates = ["namespaces", "userns"] if is_root else ["userns"]
+    elif mode in KINDS:
+        candidates = [mode]
+    else:
+        raise ValueError(f"unknown isolation {mode!r}; expected auto or one of {KINDS}")
+    reasons = []
+    with tempfile.TemporaryDirectory(prefix="rlc-probe-") as root:
+        os.chmod(root, 0o711)
+        filters = _seccomp_files(root, allow_network)
+        if filters is None:
+            reasons.append("seccomp unavailable (libseccomp / pyseccomp)")
+        for kind in candidates:
+            if kind == "none":
+                break
+            for layers in ((abi, filters), (0, None)):
+                iso = Isolation(
+                    kind=kind,
+                    drop_uid=is_root,
+                    landlock_abi=layers[0],
+                    seccomp=layers[1] is not None,
+                    python=exe,
+                    python_prefix=prefix,
+                    site=site,
+                    allow_network=allow_network,
+                )
+                why = _probe_run(iso, root, layers[1])
+                if not why:
+                    if layers[0] != abi or (filters is not None and layers[1] is None):
+                        reasons.append("Landlock/seccomp refused by the kernel")
+                    return _with_reason(iso, "; ".join(reasons))
+                reasons.append(f"{kind}: {why}")
+    if mode == "none" or allow_unsandboxed:
+        iso = Isolation("none", False, 0, False, exe, prefix, site=site, allow_network=True)
+        return _with_reason(iso, "; ".join(reasons))
+    raise SandboxUnavailable(
+        "no sandbox layer works on this host ("
+        + "; ".join(reasons)
+        + "); refusing to run untrusted code. Start the executor with --allow-unsandboxed "
+        "(rewards.code.allow_unsandboxed = true) only if the programs are trusted"
     )
 
 
-def _probe_namespaces() -> tuple[bool, str]:
-    """Try unshare + the tmpfs mounts in a throw-away child."""
+def _with_reason(iso: Isolation, reason: str) -> Isolation:
+    return Isolation(**{**asdict(iso), "reason": reason})
 
-    def attempt() -> None:
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
-        _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
 
+def _probe_run(iso: Isolation, root: str, filters: dict[bool, str] | None) -> str:
+    """Run ``print(1)`` in the sandbox; '' when it worked, else why not."""
+    workdir = tempfile.mkdtemp(prefix="probe-", dir=root)
+    Path(workdir, "main.py").write_text("print(1)\n", encoding="utf-8")
+    uid = UID_BASE + MAX_SLOTS - 1 if iso.drop_uid else None
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    seccomp = filters[False] if filters else None
+    argv = init_argv(iso, Limits(), workdir, uid, [*program_prefix(iso), "main.py"], seccomp)
     try:
-        subprocess.run(["true"], preexec_fn=attempt, check=True, timeout=30)
-    except (subprocess.SubprocessError, OSError) as exc:
-        return False, f"namespaces unavailable ({exc})"
-    return True, ""
-
-
-def _build_preexec(
-    iso: Isolation, limits: Limits, workdir: str, uid: int | None, program: bytes
-) -> Any:
-    """The function the child runs between fork and exec (still privileged)."""
-    prefix = iso.python_prefix
-
-    def preexec() -> None:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if iso.namespaces:
-            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
-            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            # Open the interpreter inside the new namespace, before /tmp is covered.
-            py_fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
-            tmp_flags = MS_NOSUID | MS_NODEV
-            _mount("tmpfs", "/tmp", "tmpfs", tmp_flags, "size=1m,mode=755")
-            os.mkdir(SANDBOX_WORK, 0o755)
-            os.mkdir(SANDBOX_PYTHON, 0o755)
-            # The working directory is its own size-capped tmpfs: disk use is bounded and
-            # everything written vanishes with the namespace.
-            owner = f",uid={uid},gid={uid}" if uid is not None else ""
-            work_opts = f"size={limits.disk_mb}m,nr_inodes=4096,mode=700{owner}"
-            _mount("tmpfs", SANDBOX_WORK, "tmpfs", tmp_flags, work_opts)
-            main_py = f"{SANDBOX_WORK}/main.py"
-            with open(main_py, "wb") as fh:
-                fh.write(program)
-            if uid is not None:
-                os.chown(main_py, uid, uid)
-            _mount(f"/proc/self/fd/{py_fd}", SANDBOX_PYTHON, None, MS_BIND | MS_REC, None)
-            _mount(
-                None,
-                SANDBOX_PYTHON,
-                None,
-                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-                None,
-            )
-            _mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | tmp_flags, "size=1m,mode=755")
-            os.close(py_fd)
-            for d in WRITABLE_SYSTEM_DIRS[1:]:
-                if os.path.isdir(d) and not os.path.islink(d):
-                    _mount("tmpfs", d, "tmpfs", MS_RDONLY | tmp_flags, "size=4k,mode=755")
-            os.chdir(SANDBOX_WORK)
-        else:
-            os.chdir(workdir)
-        cpu = max(1, int(limits.cpu_s + 0.999))
-        mem = int(limits.memory_mb) * 1024 * 1024
-        for res, value in (
-            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-            (resource.RLIMIT_AS, (mem, mem)),
-            (resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes)),
-            (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
-            (resource.RLIMIT_CORE, (0, 0)),
-        ):
-            resource.setrlimit(res, value)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sandbox_env(iso))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    finally:
         if uid is not None:
-            # Counted per real uid, so only meaningful once we switch to the slot's own uid.
-            nproc = (limits.max_processes, limits.max_processes)
-            resource.setrlimit(resource.RLIMIT_NPROC, nproc)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            kill_uid(uid)
+    if out.returncode == 0 and out.stdout.strip() == "1":
+        return ""
+    lines = (out.stderr.strip() or f"exit code {out.returncode}").splitlines()
+    return lines[-1][:300]
 
-    return preexec
+
+def program_prefix(iso: Isolation) -> list[str]:
+    """The interpreter command line inside the sandbox (``-I``; ``-S`` unless site)."""
+    if iso.namespaces:
+        exe = f"{SANDBOX_PYTHON}/{os.path.relpath(iso.python, iso.python_prefix)}"
+    else:
+        exe = iso.python
+    return [exe, "-I", *([] if iso.site else ["-S"])]
+
+
+def sandbox_env(iso: Isolation, workdir: str = SANDBOX_WORK) -> dict[str, str]:
+    home = SANDBOX_WORK if iso.namespaces else workdir
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+
+
+def init_argv(
+    iso: Isolation,
+    limits: Limits,
+    workdir: str,
+    uid: int | None,
+    program: list[str],
+    seccomp: str | None,
+    network: bool = False,
+    pass_fds: tuple[int, ...] = (),
+) -> list[str]:
+    """The command that builds the sandbox in ``workdir`` and runs ``program`` in it."""
+    cfg = {
+        "kind": iso.kind,
+        "userns": iso.kind == "userns",
+        "uid": uid,
+        "network": network,
+        "disk_mb": limits.disk_mb,
+        "limits": asdict(limits),
+        "workdir": workdir,
+        "prefix": iso.python_prefix,
+        "landlock": iso.landlock_abi if iso.namespaces else 0,
+        "seccomp": seccomp if iso.namespaces else None,
+        "argv": program,
+        "env": sandbox_env(iso, workdir),
+        "pass_fds": list(pass_fds),
+    }
+    return [sys.executable, "-I", "-S", "-c", INIT_SOURCE, json.dumps(cfg)]
 
 
 def _uid_processes(uid: int) -> list[int]:
+    """Every process of ``uid``, zombies included (they still count for RLIMIT_NPROC)."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as fh:
-                zombie = False
                 for line in fh:
-                    if line.startswith("State:"):
-                        zombie = line.split()[1] in ("Z", "X")
-                    elif line.startswith("Uid:"):
-                        if not zombie and uid in {int(x) for x in line.split()[1:]}:
+                    if line.startswith("Uid:"):
+                        if uid in {int(x) for x in line.split()[1:]}:
                             pids.append(int(entry))
                         break
         except OSError:
@@ -337,24 +455,41 @@ def _uid_processes(uid: int) -> list[int]:
     return pids
 
 
-def kill_uid(uid: int, rounds: int = 200) -> int:
-    """SIGKILL every process of ``uid`` until none is left; returns how many were killed."""
-    killed = 0
-    for _ in range(rounds):
+def kill_uid(uid: int, timeout_s: float = 10.0) -> bool:
+    """SIGKILL every process of ``uid`` and wait until none is left, zombies included
+    (they vanish once their PID namespace is gone); False if some remain."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         pids = _uid_processes(uid)
         if not pids:
-            return killed
+            return True
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
         time.sleep(0.005)
-    return killed
+    return not _uid_processes(uid)
 
 
 def slot_uid_base(pid: int) -> int:
     """First throw-away uid of the executor process ``pid`` (slots add 0..workers-1)."""
     return UID_BASE + (pid % 10_000_000) * MAX_SLOTS
+
+
+def _pdeathsig() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _judge_preexec(limits: Limits) -> Any:
+    mem = max(1024, limits.memory_mb) * 1024 * 1024
+    cpu = max(1, int(limits.wall_s + 1))
+
+    def preexec() -> None:
+        _pdeathsig()
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return preexec
 
 
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -370,6 +505,20 @@ class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.exited.set()
 
 
+async def _drain(stream: asyncio.StreamReader, cap: int, overflow: asyncio.Event | None) -> bytes:
+    """Read to EOF keeping ``cap`` bytes (reading on past the cap so the pipe can close)."""
+    buf = bytearray()
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return bytes(buf)
+        room = cap - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+        if len(chunk) > room and overflow is not None:
+            overflow.set()
+
+
 class Sandbox:
     """Creates working directories and runs programs in them, one slot per worker."""
 
@@ -383,8 +532,9 @@ class Sandbox:
         self._slots: asyncio.Queue[int] | None = None
         self.active = 0
         self.runs = 0
-        self._harness = HARNESS_PATH.read_text(encoding="utf-8")
+        self.quarantined: list[int] = []
         self.uid_base = slot_uid_base(os.getpid())
+        self._seccomp = _seccomp_files(self.root, iso.allow_network) if iso.seccomp else None
 
     def _queue(self) -> asyncio.Queue[int]:
         if self._slots is None:
@@ -397,118 +547,225 @@ class Sandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def run(
-        self, program: str, mode: str, limits: Limits, stdin: str | None = None
+        self,
+        program: str,
+        mode: str,
+        limits: Limits,
+        stdin: str | None = None,
+        judge: JudgeSpec | None = None,
+        network: bool = False,
     ) -> RunOutcome:
-        """Run ``program`` (the whole source) once; waits for a free worker slot."""
+        """Run ``program`` once (stdio, or serving ``judge``'s calls); waits for a slot."""
+        if network and not self.iso.allow_network:
+            raise ValueError("this executor does not allow network access")
         slots = self._queue()
         slot = await slots.get()
         self.active += 1
+        clean = True
         try:
-            return await self._run_in_slot(slot, program, mode, limits, stdin)
+            outcome, clean = await self._run_in_slot(
+                slot, program, mode, limits, stdin, judge, network
+            )
+            return outcome
         finally:
             self.active -= 1
             self.runs += 1
-            slots.put_nowait(slot)
+            if clean:
+                slots.put_nowait(slot)
+            else:  # never reuse a slot whose uid still has processes
+                self.quarantined.append(slot)
 
     async def _run_in_slot(
-        self, slot: int, program: str, mode: str, limits: Limits, stdin: str | None
-    ) -> RunOutcome:
+        self,
+        slot: int,
+        program: str,
+        mode: str,
+        limits: Limits,
+        stdin: str | None,
+        judge: JudgeSpec | None,
+        network: bool,
+    ) -> tuple[RunOutcome, bool]:
         iso = self.iso
         uid = self.uid_base + slot if iso.drop_uid else None
         workdir = tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.root)
-        nonce = secrets.token_hex(16)
         try:
-            source = program.encode("utf-8", "replace")
-            Path(workdir, "main.py").write_bytes(source)
+            Path(workdir, "main.py").write_bytes(program.encode("utf-8", "replace"))
             if uid is not None:
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
-            if iso.namespaces:
-                rel = os.path.relpath(iso.python, iso.python_prefix)
-                exe = f"{SANDBOX_PYTHON}/{rel}"
-                home = SANDBOX_WORK
+            seccomp = self._seccomp.get(network) if self._seccomp else None
+            if judge is None:
+                outcome = await self._run_stdio(workdir, uid, limits, stdin, seccomp, network)
             else:
-                exe, home = iso.python, workdir
-            env = {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": home,
-                "TMPDIR": home,
-                "LANG": "C.UTF-8",
-            }
-            argv = [
-                exe,
-                "-I",
-                *([] if iso.site else ["-S"]),
-                "-c",
-                self._harness,
-                "STATUS_FD",
-                nonce,
-                mode,
-                "1" if iso.audit_hook else "0",
-            ]
-            return await self._spawn(argv, env, workdir, uid, limits, stdin, nonce, source)
+                outcome = await self._run_function(workdir, uid, limits, judge, seccomp, network)
         except BaseException:
-            # The normal path sweeps the uid in `_kill`; an interrupted run must too.
             if uid is not None:
-                kill_uid(uid)
+                await asyncio.to_thread(kill_uid, uid)
             raise
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        clean = True if uid is None else await asyncio.to_thread(kill_uid, uid)
+        return outcome, clean
 
-    async def _spawn(
+    async def _start(
         self,
         argv: list[str],
         env: dict[str, str],
+        stdin: bool,
+        pass_fds: tuple[int, ...],
+        preexec: Any,
+        cwd: str | None = None,
+    ) -> tuple[asyncio.subprocess.Process, _ExitProtocol, asyncio.SubprocessTransport]:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ExitProtocol(limit=65536, loop=loop),
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        return asyncio.subprocess.Process(transport, protocol, loop), protocol, transport
+
+    async def _run_stdio(
+        self,
         workdir: str,
         uid: int | None,
         limits: Limits,
         stdin: str | None,
-        nonce: str,
-        source: bytes,
+        seccomp: str | None,
+        network: bool,
     ) -> RunOutcome:
-        status_r, status_w = os.pipe()
-        os.set_blocking(status_r, False)
+        program = [*program_prefix(self.iso), "main.py"]
+        argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network)
+        start = time.monotonic()
         try:
-            return await self._spawn_with_pipe(
-                argv, env, workdir, uid, limits, stdin, nonce, source, status_r, status_w
+            proc, protocol, transport = await self._start(
+                argv, sandbox_env(self.iso, workdir), stdin is not None, (), _pdeathsig
             )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return RunOutcome("error", None, "", "", 0.0, detail=f"sandbox start failed: {exc}")
+        run = _Watched(proc, protocol, transport, limits, stdin)
+        timed_out = await run.wait(protocol.exited, limits.wall_s)
+        out, err = await run.finish()
+        return classify_stdio(
+            proc.returncode,
+            out,
+            err,
+            time.monotonic() - start,
+            timed_out,
+            run.overflow.is_set(),
+            limits,
+        )
+
+    async def _run_function(
+        self,
+        workdir: str,
+        uid: int | None,
+        limits: Limits,
+        judge: JudgeSpec,
+        seccomp: str | None,
+        network: bool,
+    ) -> RunOutcome:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        status_r, status_w = os.pipe()
+        judge_dir = tempfile.mkdtemp(prefix="judge-", dir=self.root)
+        Path(judge_dir, "context.py").write_text(judge.context, encoding="utf-8")
+        Path(judge_dir, "test.py").write_text(judge.test, encoding="utf-8")
+        program = [
+            *program_prefix(self.iso),
+            "-c",
+            HARNESS_SOURCE,
+            str(req_r),
+            str(resp_w),
+            judge.entry_point,
+        ]
+        argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network, (req_r, resp_w))
+        judge_argv = [
+            self.iso.python,
+            "-I",
+            "-S",
+            "-c",
+            JUDGE_SOURCE,
+            str(req_w),
+            str(resp_r),
+            str(status_w),
+            judge.entry_point,
+        ]
+        start = time.monotonic()
+        run: _Watched | None = None
+        judge_run: _Watched | None = None
+        try:
+            try:
+                proc, protocol, transport = await self._start(
+                    argv, sandbox_env(self.iso, workdir), False, (req_r, resp_w), _pdeathsig
+                )
+                run = _Watched(proc, protocol, transport, limits, None)
+                os.close(req_r)
+                os.close(resp_w)
+                req_r = resp_w = -1
+                jproc, jprotocol, jtransport = await self._start(
+                    judge_argv,
+                    {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+                    False,
+                    (req_w, resp_r, status_w),
+                    _judge_preexec(limits),
+                    cwd=judge_dir,
+                )
+                judge_run = _Watched(jproc, jprotocol, jtransport, limits, None, hard=False)
+            except (OSError, subprocess.SubprocessError) as exc:
+                if run is not None:
+                    await run.finish()
+                return RunOutcome("error", None, "", "", 0.0, detail=f"sandbox start failed: {exc}")
+            finally:
+                for fd in (req_r, resp_w, req_w, resp_r, status_w):
+                    if fd >= 0:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+            timed_out = await run.wait(jprotocol.exited, limits.wall_s)
+            if not timed_out and not run.overflow.is_set():
+                # Let a program that died on its own report how (CPU limit, memory).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(protocol.exited.wait(), timeout=0.5)
+            out, err = await run.finish()
+            await judge_run.finish()
+            verdict = _read_status(status_r)
         finally:
             os.close(status_r)
+            shutil.rmtree(judge_dir, ignore_errors=True)
+        return classify_function(
+            verdict,
+            proc.returncode,
+            out,
+            err,
+            time.monotonic() - start,
+            timed_out,
+            run.overflow.is_set(),
+            limits,
+        )
 
-    async def _spawn_with_pipe(
+
+class _Watched:
+    """One started process: its output drained in the background, killed on `finish`."""
+
+    def __init__(
         self,
-        argv: list[str],
-        env: dict[str, str],
-        workdir: str,
-        uid: int | None,
+        proc: asyncio.subprocess.Process,
+        protocol: _ExitProtocol,
+        transport: asyncio.SubprocessTransport,
         limits: Limits,
         stdin: str | None,
-        nonce: str,
-        source: bytes,
-        status_r: int,
-        status_w: int,
-    ) -> RunOutcome:
-        argv = [str(status_w) if a == "STATUS_FD" else a for a in argv]
-        start = time.monotonic()
-        loop = asyncio.get_running_loop()
-        try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitProtocol(limit=65536, loop=loop),
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                pass_fds=(status_w,),
-                start_new_session=True,
-                preexec_fn=_build_preexec(self.iso, limits, workdir, uid, source),
-            )
-            proc = asyncio.subprocess.Process(transport, protocol, loop)
-        except (OSError, subprocess.SubprocessError) as exc:
-            os.close(status_w)
-            return RunOutcome("error", None, "", "", 0.0, detail=f"sandbox start failed: {exc}")
-        os.close(status_w)
-        overflow = asyncio.Event()
+        hard: bool = True,
+    ) -> None:
+        self.proc, self.protocol, self.transport = proc, protocol, transport
+        self.overflow = asyncio.Event()
+        assert proc.stdout is not None and proc.stderr is not None
+        stdout, stderr = proc.stdout, proc.stderr
 
         async def feed() -> None:
             if stdin is None or proc.stdin is None:
@@ -518,121 +775,163 @@ class Sandbox:
                 await proc.stdin.drain()
                 proc.stdin.close()
 
-        async def drain(stream: asyncio.StreamReader, hard: bool) -> bytes:
-            # Keep reading past the cap (discarding) so the pipe reaches EOF once killed.
-            buf = bytearray()
-            while True:
-                chunk = await stream.read(65536)
-                if not chunk:
-                    return bytes(buf)
-                room = limits.output_bytes - len(buf)
-                if room > 0:
-                    buf += chunk[:room]
-                if len(chunk) > room and hard:
-                    overflow.set()
-
-        stdout, stderr = proc.stdout, proc.stderr
-        assert stdout is not None and stderr is not None
-
-        async def finish() -> tuple[bytes, bytes]:
-            _, out, err = await asyncio.gather(feed(), drain(stdout, True), drain(stderr, False))
+        async def collect() -> tuple[bytes, bytes]:
+            _, out, err = await asyncio.gather(
+                feed(),
+                _drain(stdout, limits.output_bytes, self.overflow if hard else None),
+                _drain(stderr, limits.output_bytes, None),
+            )
             return out, err
 
-        gather = asyncio.ensure_future(finish())
-        waiter = asyncio.ensure_future(protocol.exited.wait())
-        overflow_wait = asyncio.ensure_future(overflow.wait())
+        self.gather = asyncio.ensure_future(collect())
+
+    async def wait(self, done: asyncio.Event, timeout_s: float) -> bool:
+        """Wait for ``done``, an output overflow or the timeout; True on timeout."""
+        waiter = asyncio.ensure_future(done.wait())
+        overflow = asyncio.ensure_future(self.overflow.wait())
         try:
-            done, _ = await asyncio.wait(
-                {waiter, overflow_wait}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED
+            finished, _ = await asyncio.wait(
+                {waiter, overflow}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
         except asyncio.CancelledError:  # the client went away: do not leave the run behind
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            for task in (gather, waiter, overflow_wait):
-                task.cancel()
-            transport.close()
+            await self.finish()
             raise
-        timed_out = not done
-        overflow_wait.cancel()
-        await self._kill(proc.pid, uid)
+        finally:
+            waiter.cancel()
+            overflow.cancel()
+        return not finished
+
+    async def finish(self) -> tuple[bytes, bytes]:
+        """Kill the process group (the PID namespace dies with it) and collect output."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         try:
-            out, err = await asyncio.wait_for(asyncio.shield(gather), timeout=5.0)
+            out, err = await asyncio.wait_for(asyncio.shield(self.gather), timeout=5.0)
         except TimeoutError:
-            # A descendant outside our reach kept the pipes open: stop listening to it.
-            transport.close()
-            gather.cancel()
+            self.transport.close()
+            self.gather.cancel()
             out, err = b"", b"<output not collected: a descendant kept the pipes open>"
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), timeout=5.0)
-        wall = time.monotonic() - start
-        try:
-            marker = os.read(status_r, 4096).decode("utf-8", "replace")
-        except (BlockingIOError, OSError):
-            marker = ""
-        return classify(
-            proc.returncode,
-            marker,
-            nonce,
-            out.decode("utf-8", "replace"),
-            err.decode("utf-8", "replace"),
-            wall,
-            timed_out=timed_out,
-            overflow=overflow.is_set(),
-            limits=limits,
-        )
-
-    async def _kill(self, pid: int, uid: int | None) -> None:
-        """Kill the session, then every process of the slot uid (also those that left it)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        if uid is not None:
-            await asyncio.to_thread(kill_uid, uid)
+            await asyncio.wait_for(self.proc.wait(), timeout=5.0)
+        return out, err
 
 
-def classify(
+def _read_status(fd: int) -> dict[str, Any]:
+    try:
+        os.set_blocking(fd, False)
+        raw = os.read(fd, 65536).decode("utf-8", "replace")
+        data = json.loads(raw.splitlines()[0]) if raw.strip() else {}
+    except (BlockingIOError, OSError, ValueError):
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def _signal_outcome(returncode: int, stderr: str, limits: Limits) -> tuple[str, str]:
+    sig = -returncode
+    if sig == signal.SIGXCPU:
+        return "timeout", f"cpu time exceeded {limits.cpu_s}s"
+    if sig == signal.SIGXFSZ:
+        return "output_limit", f"file size exceeded {limits.file_bytes} bytes"
+    if "MemoryError" in stderr:
+        return "memory", f"out of memory (limit {limits.memory_mb} MiB)"
+    name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+    return "killed", f"killed by {name}"
+
+
+def _raised(stderr: str) -> str:
+    """The exception name of a Python traceback's last line ('' when there is none)."""
+    if "Traceback (most recent call last)" not in stderr:
+        return ""
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    name = last.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+    return name if name.isidentifier() else ""
+
+
+def _common(
+    returncode: int | None, stderr: str, timed_out: bool, overflow: bool, limits: Limits
+) -> tuple[str, str] | None:
+    if overflow:
+        return "output_limit", f"stdout exceeded {limits.output_bytes} bytes"
+    if timed_out:
+        return "timeout", f"wall time exceeded {limits.wall_s}s"
+    if returncode == 125 and SETUP_FAILED in stderr:
+        line = next(x for x in stderr.splitlines() if SETUP_FAILED in x)
+        return "error", f"sandbox start failed: {line.split(':', 1)[-1].strip()}"
+    return None
+
+
+def classify_stdio(
     returncode: int | None,
-    marker: str,
-    nonce: str,
-    stdout: str,
-    stderr: str,
+    out: bytes,
+    err: bytes,
     wall: float,
-    *,
     timed_out: bool,
     overflow: bool,
     limits: Limits,
 ) -> RunOutcome:
-    """Turn exit code, harness marker and flags into one of `STATUSES`."""
-    status_word = ""
-    for line in marker.splitlines():
-        parts = line.split(" ", 1)
-        if len(parts) == 2 and parts[0] == nonce:
-            status_word = parts[1].strip()
+    """A stdio run passes this stage only by exiting 0; the service then compares output."""
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
     def outcome(status: str, detail: str) -> RunOutcome:
         return RunOutcome(status, returncode, stdout, stderr, round(wall, 4), detail)
 
-    if overflow:
-        return outcome("output_limit", f"stdout exceeded {limits.output_bytes} bytes")
-    if timed_out:
-        return outcome("timeout", f"wall time exceeded {limits.wall_s}s")
+    common = _common(returncode, stderr, timed_out, overflow, limits)
+    if common:
+        return outcome(*common)
     if returncode is not None and returncode < 0:
-        sig = -returncode
-        if sig == signal.SIGXCPU:
-            return outcome("timeout", f"cpu time exceeded {limits.cpu_s}s")
-        if sig == signal.SIGXFSZ:
-            return outcome("output_limit", f"file size exceeded {limits.file_bytes} bytes")
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        return outcome(*_signal_outcome(returncode, stderr, limits))
+    if returncode == 0:
+        return outcome("ok", "")
+    name = _raised(stderr)
+    if name == "MemoryError":
+        return outcome("memory", f"out of memory (limit {limits.memory_mb} MiB)")
+    if name:
+        return outcome("error", f"raised {name}")
+    return outcome("failed", f"exited with code {returncode}")
+
+
+def classify_function(
+    verdict: dict[str, Any],
+    returncode: int | None,
+    out: bytes,
+    err: bytes,
+    wall: float,
+    timed_out: bool,
+    overflow: bool,
+    limits: Limits,
+) -> RunOutcome:
+    """The judge's verdict, explained with what the program did when it did not pass."""
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    status, detail = str(verdict.get("status", "")), str(verdict.get("detail", ""))
+
+    def outcome(status: str, detail: str) -> RunOutcome:
+        return RunOutcome(status, returncode, stdout, stderr, round(wall, 4), detail)
+
+    common = _common(returncode, stderr, timed_out, overflow, limits)
+    if common:
+        return outcome(*common)
+    if status == "ok":
+        return outcome("ok", "")
+    if status == "assert":
+        return outcome("failed", "assertion failed")
+    if status == "exc":
+        if detail == "MemoryError":
+            return outcome("memory", f"out of memory (limit {limits.memory_mb} MiB)")
+        return outcome("error", f"raised {detail}")
+    if status == "bad":
+        return outcome("failed", detail)
+    if status == "test":
+        return outcome("error", f"test error: {detail}")
+    if status == "gone":
+        if returncode is not None and returncode < 0:
+            return outcome(*_signal_outcome(returncode, stderr, limits))
+        tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        if tail.startswith("program raised ") and tail.endswith(" before the tests ran"):
+            name = tail[len("program raised ") : -len(" before the tests ran")]
+            if name == "MemoryError":
+                return outcome("memory", f"out of memory (limit {limits.memory_mb} MiB)")
+            return outcome("error", f"raised {name}")
         if "MemoryError" in stderr:
             return outcome("memory", f"out of memory (limit {limits.memory_mb} MiB)")
-        return outcome("killed", f"killed by {name}")
-    if status_word == "exc:MemoryError" or (not status_word and "MemoryError" in stderr):
-        return outcome("memory", f"out of memory (limit {limits.memory_mb} MiB)")
-    if status_word == "ok" and returncode == 0:
-        return outcome("ok", "")
-    if status_word == "exc:AssertionError":
-        return outcome("failed", "assertion failed")
-    if status_word.startswith("exc:"):
-        return outcome("error", f"raised {status_word[4:]}")
-    if status_word.startswith("exit:"):
-        return outcome("failed", f"exited ({status_word[5:]}) before the tests finished")
-    return outcome("failed", f"exited with code {returncode} before the harness finished")
+        return outcome("failed", f"exited ({returncode}) before the tests finished")
+    return outcome("error", "the judge did not report a verdict")

@@ -19,7 +19,12 @@ from runtime.executor.protocol import (
     parse_request,
     skipped_result,
 )
-from runtime.executor.sandbox import Isolation, Sandbox, probe_isolation
+from runtime.executor.sandbox import (
+    Isolation,
+    Sandbox,
+    SandboxUnavailable,
+    probe_isolation,
+)
 
 SANDBOX_KEY = web.AppKey("sandbox", Sandbox)
 # stdout/stderr returned per test (the sandbox caps what it reads at limits.output_bytes).
@@ -39,8 +44,14 @@ async def handle_run(request: web.Request) -> web.Response:
         return web.json_response({"error": str(exc)}, status=400)
     start = time.monotonic()
 
+    if req.network and not sandbox.iso.allow_network:
+        msg = "this executor does not allow network access (start it with --allow-network)"
+        return web.json_response({"error": msg}, status=400)
+
     async def one(case):
-        outcome = await sandbox.run(case.program, req.mode, req.limits, case.stdin)
+        outcome = await sandbox.run(
+            case.program, req.mode, req.limits, case.stdin, case.judge, req.network
+        )
         return case_result(case, outcome, STREAM_CAP)
 
     results: list[dict[str, Any]]
@@ -80,6 +91,7 @@ async def handle_health(request: web.Request) -> web.Response:
                 if sandbox.iso.drop_uid
                 else None
             ),
+            "quarantined_slots": len(sandbox.quarantined),
             "isolation": sandbox.iso.describe(),
         }
     )
@@ -112,15 +124,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--isolation",
-        choices=("auto", "namespaces", "audit"),
+        choices=("auto", "namespaces", "userns", "none"),
         default="auto",
-        help="auto: namespaces when permitted, else the audit-hook fallback",
+        help="auto: namespaces as root, else an unprivileged user namespace; none: no sandbox"
+        " (also needs --allow-unsandboxed)",
+    )
+    p.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="run programs with rlimits only when no sandbox layer works (trusted code only)",
+    )
+    p.add_argument(
+        "--allow-network",
+        action="store_true",
+        help="let requests ask for network access inside the sandbox ('network': true)",
     )
     return p.parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    iso = probe_isolation(args.python, args.isolation, site=args.site)
+    if args.isolation == "none" and not args.allow_unsandboxed:
+        raise SandboxUnavailable("--isolation none needs --allow-unsandboxed")
+    iso = probe_isolation(
+        args.python,
+        args.isolation,
+        site=args.site,
+        allow_unsandboxed=args.allow_unsandboxed,
+        allow_network=args.allow_network,
+    )
+    if not iso.namespaces:
+        for _ in range(3):
+            print(iso.describe()["warning"], file=sys.stderr, flush=True)
     app = make_app(iso, args.workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -145,6 +179,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(args))
+    except SandboxUnavailable as exc:
+        print(f"rlc-executor: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0

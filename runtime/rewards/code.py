@@ -1,12 +1,19 @@
 """Code-execution rewards: run the response's code against tests in the executor service.
 
-Settings (``[rewards.code]``): ``executor_url`` (none: start a local executor subprocess on
-first use), ``workers`` (local executor, 2), ``concurrency`` (parallel requests, 4),
-``timeout_s`` (per request, 120), ``retries`` (2, on connection errors and 5xx),
-``backoff_s`` (0.5), ``scoring`` (``all_or_nothing`` | ``fraction``), ``limits`` (passed to
-the executor: wall_s, cpu_s, memory_mb, max_processes, output_bytes), ``failure_policy``
-(``zero`` | ``fail``), ``isolation`` (local executor: auto | namespaces | audit), ``site``
-(local executor: let programs import site-packages; default stdlib only).
+Spec settings (``[rewards.code]``, as compiled into the manifest): ``endpoint`` (an
+external executor's URL; unset: start the in-package executor as a local subprocess on first
+use), ``time_limit_s`` (wall and CPU seconds per test run), ``memory_limit_mb``,
+``max_processes``, ``network`` (programs may use the network; the local executor is started
+with ``--allow-network``, an external one must allow it), ``allow_unsandboxed`` (the local
+executor may run with rlimits only on a host where no sandbox layer works), ``concurrency``
+(parallel requests).
+
+Further settings for programmatic use: ``executor_url`` (same as ``endpoint``), ``workers``
+(local executor, 2), ``timeout_s`` (per request, 120), ``retries`` (2, on connection errors
+and 5xx), ``backoff_s`` (0.5), ``scoring`` (``all_or_nothing`` | ``fraction``), ``limits``
+(raw executor limits; the spec fields above win), ``failure_policy`` (``zero`` | ``fail``),
+``isolation`` (local executor: auto | namespaces | userns | none), ``site`` (local executor:
+let programs import site-packages; default stdlib only).
 
 Targets: ``{"mode": "function", "test": <HumanEval test code>, "entry_point": name}`` or
 ``{"mode": "stdio", "tests": [{"input": .., "output": ..}]}``; HumanEval's own record keys
@@ -81,7 +88,11 @@ def extract_code(response: str, prompt: str | None = None, entry_point: str | No
 
 
 def build_payload(
-    response: str, target: Any, metadata: Mapping[str, Any], limits: Mapping[str, Any] | None
+    response: str,
+    target: Any,
+    metadata: Mapping[str, Any],
+    limits: Mapping[str, Any] | None,
+    network: bool = False,
 ) -> dict[str, Any]:
     """The executor request for one item; raises ValueError for a malformed target."""
     meta = dict(metadata or {})
@@ -96,11 +107,17 @@ def build_payload(
     payload: dict[str, Any] = {"language": "python", "mode": mode}
     if limits:
         payload["limits"] = dict(limits)
+    if network:
+        payload["network"] = True
     if mode == "function":
         test = tgt.get("test", tgt.get("tests", meta.get("test")))
         if not isinstance(test, str) or not isinstance(entry, str):
             raise ValueError("function-mode target needs 'test' code and an 'entry_point'")
         payload.update(code=extract_code(response, prompt, entry), tests=test, entry_point=entry)
+        if isinstance(prompt, str) and _is_python(prompt):
+            # The judge runs the tests with the (trusted) prompt's definitions in scope:
+            # HumanEval's tests call helpers such as ``poly`` that only the prompt defines.
+            payload["context"] = prompt
     elif mode == "stdio":
         tests = tgt.get("tests", meta.get("tests"))
         if not isinstance(tests, list) or not tests:
@@ -118,6 +135,18 @@ def humaneval_target(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     return target, meta
 
 
+def spec_limits(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Executor limits from the settings: raw ``limits``, overridden by the spec fields."""
+    limits = dict(cfg.get("limits") or {})
+    if cfg.get("time_limit_s") is not None:
+        limits["wall_s"] = limits["cpu_s"] = float(cfg["time_limit_s"])
+    if cfg.get("memory_limit_mb") is not None:
+        limits["memory_mb"] = int(cfg["memory_limit_mb"])
+    if cfg.get("max_processes") is not None:
+        limits["max_processes"] = int(cfg["max_processes"])
+    return limits
+
+
 @register("code")
 class CodeVerifier(Verifier):
     """Scores code by running it in the sandboxed executor service."""
@@ -132,9 +161,10 @@ class CodeVerifier(Verifier):
         self.timeout_s = float(cfg.get("timeout_s", 120.0))
         self.retries = max(0, int(cfg.get("retries", 2)))
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
-        self.limits: Mapping[str, Any] | None = cfg.get("limits") or None
+        self.limits: Mapping[str, Any] | None = spec_limits(cfg) or None
+        self.network = bool(cfg.get("network", False))
         self.failure_policy = str(cfg.get("failure_policy", "zero"))
-        self._url: str | None = cfg.get("executor_url") or None
+        self._url: str | None = cfg.get("endpoint") or cfg.get("executor_url") or None
         self._local: LocalExecutor | None = None
         self._lock = threading.Lock()
         self._client = httpx.Client(
@@ -150,6 +180,8 @@ class CodeVerifier(Verifier):
                     workers=int(self.config.get("workers", 2)),
                     isolation=str(self.config.get("isolation", "auto")),
                     site=bool(self.config.get("site", False)),
+                    allow_unsandboxed=bool(self.config.get("allow_unsandboxed", False)),
+                    allow_network=self.network,
                 )
                 atexit.register(self._local.close)
                 self._url = self._local.url
@@ -157,7 +189,7 @@ class CodeVerifier(Verifier):
 
     def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
         try:
-            payload = build_payload(response, target, metadata, self.limits)
+            payload = build_payload(response, target, metadata, self.limits, self.network)
         except ValueError as exc:
             return self._policy(RewardResult(0.0, ok=False, failure=f"bad target: {exc}"))
         return self._policy(self._run(payload))
