@@ -1286,9 +1286,25 @@ def _v111(x):
 
 
 def _v112(x):
+    if type(x) is int:
+        if not -_EXACT <= x <= _EXACT:
+            raise _Reject
+        x = float(x)
+    elif type(x) is not float or not _isfinite(x):
+        raise _Reject
+    if x <= 0.0:
+        raise _Reject
+    if x > 120.0:
+        raise _Reject
+    return x
+
+
+def _v113(x):
     if type(x) is not int:
         raise _Reject
     if x < 16:
+        raise _Reject
+    if x > 8192:
         raise _Reject
     return x
 
@@ -1301,33 +1317,36 @@ def _v109(x):
     a0 = x.get("endpoint", _MISSING)
     a0 = None if a0 is _MISSING else _v111(a0)
     a1 = x.get("time_limit_s", _MISSING)
-    a1 = 10.0 if a1 is _MISSING else _v23(a1)
+    a1 = 10.0 if a1 is _MISSING else _v112(a1)
     a2 = x.get("memory_limit_mb", _MISSING)
-    a2 = 1024 if a2 is _MISSING else _v112(a2)
+    a2 = 1024 if a2 is _MISSING else _v113(a2)
     a3 = x.get("max_processes", _MISSING)
-    a3 = 16 if a3 is _MISSING else _v16(a3)
+    a3 = 16 if a3 is _MISSING else _v55(a3)
     a4 = x.get("network", _MISSING)
     a4 = False if a4 is _MISSING else _v27(a4)
-    a5 = x.get("concurrency", _MISSING)
-    a5 = 8 if a5 is _MISSING else _v16(a5)
+    a5 = x.get("allow_unsandboxed", _MISSING)
+    a5 = False if a5 is _MISSING else _v27(a5)
+    a6 = x.get("concurrency", _MISSING)
+    a6 = 8 if a6 is _MISSING else _v16(a6)
     return {
         "endpoint": a0,
         "time_limit_s": a1,
         "memory_limit_mb": a2,
         "max_processes": a3,
         "network": a4,
-        "concurrency": a5,
+        "allow_unsandboxed": a5,
+        "concurrency": a6,
     }
 
 
-def _v114(x):
+def _v115(x):
     y = _C48.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v113(x):
+def _v114(x):
     if type(x) is not dict:
         raise _Reject
     if not _C49.issuperset(x):
@@ -1335,11 +1354,11 @@ def _v113(x):
     a0 = x.get("strict", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("aggregate", _MISSING)
-    a1 = "fraction" if a1 is _MISSING else _v114(a1)
+    a1 = "fraction" if a1 is _MISSING else _v115(a1)
     return {"strict": a0, "aggregate": a1}
 
 
-def _v115(x):
+def _v116(x):
     if type(x) is not dict:
         raise _Reject
     if not _C50.issuperset(x):
@@ -1367,9 +1386,9 @@ def _v105(x):
     a3 = x.get("code", _MISSING)
     a3 = _v109({}) if a3 is _MISSING else _v109(a3)
     a4 = x.get("ifeval", _MISSING)
-    a4 = _v113({}) if a4 is _MISSING else _v113(a4)
+    a4 = _v114({}) if a4 is _MISSING else _v114(a4)
     a5 = x.get("length_penalty", _MISSING)
-    a5 = _v115({}) if a5 is _MISSING else _v115(a5)
+    a5 = _v116({}) if a5 is _MISSING else _v116(a5)
     return {
         "failure_policy": a0,
         "exclude_truncated": a1,
@@ -1380,7 +1399,7 @@ def _v105(x):
     }
 
 
-def _v116(x):
+def _v117(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C52.search(x) is None:
@@ -1388,14 +1407,14 @@ def _v116(x):
     return x
 
 
-def _v118(x):
+def _v119(x):
     y = _C53.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v119(x):
+def _v120(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C54.search(x) is None:
@@ -1403,7 +1422,7 @@ def _v119(x):
     return x
 
 
-def _v120(x):
+def _v121(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C55.search(x) is None:
@@ -1411,21 +1430,21 @@ def _v120(x):
     return x
 
 
-def _v121(x):
+def _v122(x):
     y = _C56.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v122(x):
+def _v123(x):
     y = _C57.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v117(x):
+def _v118(x):
     if type(x) is not dict:
         raise _Reject
     if not _C58.issuperset(x):
@@ -1443,21 +1462,21 @@ def _v117(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v118(a4)
+    a4 = _v119(a4)
     a5 = x.get("gpus", _MISSING)
     a5 = 1 if a5 is _MISSING else _v74(a5)
     a6 = x.get("revision", _MISSING)
     if a6 is _MISSING:
         raise _Reject
-    a6 = _v119(a6)
+    a6 = _v120(a6)
     a7 = x.get("prepared_dir", _MISSING)
     if a7 is _MISSING:
         raise _Reject
-    a7 = _v120(a7)
+    a7 = _v121(a7)
     a8 = x.get("chat_template", _MISSING)
-    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v121(a8)
+    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v122(a8)
     a9 = x.get("context_extension", _MISSING)
-    a9 = "none" if a9 is _MISSING else _v122(a9)
+    a9 = "none" if a9 is _MISSING else _v123(a9)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1472,14 +1491,14 @@ def _v117(x):
     }
 
 
-def _v124(x):
+def _v125(x):
     y = _C59.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v125(x):
+def _v126(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C60.search(x) is None:
@@ -1487,7 +1506,7 @@ def _v125(x):
     return x
 
 
-def _v123(x):
+def _v124(x):
     if type(x) is not dict:
         raise _Reject
     if not _C61.issuperset(x):
@@ -1505,11 +1524,11 @@ def _v123(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v124(a4)
+    a4 = _v125(a4)
     a5 = x.get("endpoint", _MISSING)
     if a5 is _MISSING:
         raise _Reject
-    a5 = _v125(a5)
+    a5 = _v126(a5)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1520,7 +1539,7 @@ def _v123(x):
     }
 
 
-def _v126(x):
+def _v127(x):
     if type(x) is not dict:
         raise _Reject
     t = x.get("mode")
@@ -1529,20 +1548,20 @@ def _v126(x):
     return _C62[t](x)
 
 
-def _v127(x):
+def _v128(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v116(k): _v126(v) for k, v in x.items()}
+    return {_v117(k): _v127(v) for k, v in x.items()}
 
 
-def _v129(x):
+def _v130(x):
     y = _C63.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v128(x):
+def _v129(x):
     if type(x) is not dict:
         raise _Reject
     if not _C64.issuperset(x):
@@ -1550,7 +1569,7 @@ def _v128(x):
     a0 = x.get("profile", _MISSING)
     if a0 is _MISSING:
         raise _Reject
-    a0 = _v129(a0)
+    a0 = _v130(a0)
     a1 = x.get("max_response_tokens", _MISSING)
     a1 = 2048 if a1 is _MISSING else _v16(a1)
     a2 = x.get("temperature", _MISSING)
@@ -1558,13 +1577,13 @@ def _v128(x):
     return {"profile": a0, "max_response_tokens": a1, "temperature": a2}
 
 
-def _v130(x):
+def _v131(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v128(v) for k, v in x.items()}
+    return {_v6(k): _v129(v) for k, v in x.items()}
 
 
-def _v132(x):
+def _v133(x):
     if type(x) is not dict:
         raise _Reject
     if not _C65.issuperset(x):
@@ -1580,30 +1599,30 @@ def _v132(x):
     return {"judge": a0, "rubric": a1}
 
 
-def _v133(x):
+def _v134(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v132(v) for k, v in x.items()}
+    return {_v6(k): _v133(v) for k, v in x.items()}
 
 
-def _v131(x):
+def _v132(x):
     if type(x) is not dict:
         raise _Reject
     if not _C66.issuperset(x):
         raise _Reject
     a0 = x.get("bindings", _MISSING)
-    a0 = {} if a0 is _MISSING else _v133(a0)
+    a0 = {} if a0 is _MISSING else _v134(a0)
     return {"bindings": a0}
 
 
-def _v135(x):
+def _v136(x):
     y = _C67.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v136(x):
+def _v137(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C68.search(x) is None:
@@ -1611,35 +1630,35 @@ def _v136(x):
     return x
 
 
-def _v137(x):
-    if x is None:
-        return None
-    return _v136(x)
-
-
 def _v138(x):
     if x is None:
         return None
-    return _v119(x)
+    return _v137(x)
 
 
 def _v139(x):
+    if x is None:
+        return None
+    return _v120(x)
+
+
+def _v140(x):
     if type(x) is not list:
         raise _Reject
     return [_v6(i) for i in x]
 
 
-def _v141(x):
+def _v142(x):
     return _plain(x)
 
 
-def _v142(x):
+def _v143(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v141(v) for k, v in x.items()}
+    return {_v6(k): _v142(v) for k, v in x.items()}
 
 
-def _v140(x):
+def _v141(x):
     if type(x) is not dict:
         raise _Reject
     if not _C69.issuperset(x):
@@ -1651,25 +1670,25 @@ def _v140(x):
     a1 = x.get("interval", _MISSING)
     a1 = None if a1 is _MISSING else _v17(a1)
     a2 = x.get("generation", _MISSING)
-    a2 = {} if a2 is _MISSING else _v142(a2)
+    a2 = {} if a2 is _MISSING else _v143(a2)
     a3 = x.get("scoring", _MISSING)
-    a3 = {} if a3 is _MISSING else _v142(a3)
+    a3 = {} if a3 is _MISSING else _v143(a3)
     return {"task": a0, "interval": a1, "generation": a2, "scoring": a3}
 
 
-def _v143(x):
+def _v144(x):
     if type(x) is not list:
         raise _Reject
-    return [_v140(i) for i in x]
+    return [_v141(i) for i in x]
 
 
-def _v134(x):
+def _v135(x):
     if type(x) is not dict:
         raise _Reject
     if not _C70.issuperset(x):
         raise _Reject
     a0 = x.get("mode", _MISSING)
-    a0 = "shared" if a0 is _MISSING else _v135(a0)
+    a0 = "shared" if a0 is _MISSING else _v136(a0)
     a1 = x.get("temperature", _MISSING)
     a1 = 0.0 if a1 is _MISSING else _v66(a1)
     a2 = x.get("samples_per_prompt", _MISSING)
@@ -1683,9 +1702,9 @@ def _v134(x):
     a6 = x.get("final", _MISSING)
     a6 = True if a6 is _MISSING else _v27(a6)
     a7 = x.get("image", _MISSING)
-    a7 = None if a7 is _MISSING else _v137(a7)
+    a7 = None if a7 is _MISSING else _v138(a7)
     a8 = x.get("revision", _MISSING)
-    a8 = None if a8 is _MISSING else _v138(a8)
+    a8 = None if a8 is _MISSING else _v139(a8)
     a9 = x.get("gpus", _MISSING)
     a9 = 1 if a9 is _MISSING else _v74(a9)
     a10 = x.get("cluster", _MISSING)
@@ -1699,9 +1718,9 @@ def _v134(x):
     a14 = x.get("timeout", _MISSING)
     a14 = "3h" if a14 is _MISSING else _v6(a14)
     a15 = x.get("server_args", _MISSING)
-    a15 = [] if a15 is _MISSING else _v139(a15)
+    a15 = [] if a15 is _MISSING else _v140(a15)
     a16 = x.get("tasks", _MISSING)
-    a16 = [] if a16 is _MISSING else _v143(a16)
+    a16 = [] if a16 is _MISSING else _v144(a16)
     return {
         "mode": a0,
         "temperature": a1,
@@ -1723,14 +1742,14 @@ def _v134(x):
     }
 
 
-def _v145(x):
+def _v146(x):
     y = _C71.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v144(x):
+def _v145(x):
     if type(x) is not dict:
         raise _Reject
     if not _C72.issuperset(x):
@@ -1738,7 +1757,7 @@ def _v144(x):
     a0 = x.get("metrics_path", _MISSING)
     a0 = None if a0 is _MISSING else _v7(a0)
     a1 = x.get("wandb_mode", _MISSING)
-    a1 = "disabled" if a1 is _MISSING else _v145(a1)
+    a1 = "disabled" if a1 is _MISSING else _v146(a1)
     a2 = x.get("wandb_project", _MISSING)
     a2 = None if a2 is _MISSING else _v7(a2)
     a3 = x.get("wandb_team", _MISSING)
@@ -1760,13 +1779,13 @@ def _v144(x):
     }
 
 
-def _v147(x):
+def _v148(x):
     if x is None:
         return None
-    return _v120(x)
+    return _v121(x)
 
 
-def _v146(x):
+def _v147(x):
     if type(x) is not dict:
         raise _Reject
     if not _C73.issuperset(x):
@@ -1774,7 +1793,7 @@ def _v146(x):
     a0 = x.get("enabled", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("shared_root", _MISSING)
-    a1 = None if a1 is _MISSING else _v147(a1)
+    a1 = None if a1 is _MISSING else _v148(a1)
     a2 = x.get("restore", _MISSING)
     a2 = True if a2 is _MISSING else _v27(a2)
     a3 = x.get("max_storage_bytes", _MISSING)
@@ -1790,20 +1809,20 @@ def _v146(x):
     }
 
 
-def _v149(x):
+def _v150(x):
     y = _C74.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v150(x):
+def _v151(x):
     if x is None:
         return None
     return _v66(x)
 
 
-def _v148(x):
+def _v149(x):
     if type(x) is not dict:
         raise _Reject
     if not _C75.issuperset(x):
@@ -1823,11 +1842,11 @@ def _v148(x):
     a6 = x.get("publish_timeout_s", _MISSING)
     a6 = 120.0 if a6 is _MISSING else _v23(a6)
     a7 = x.get("publication_transport", _MISSING)
-    a7 = "disk" if a7 is _MISSING else _v149(a7)
+    a7 = "disk" if a7 is _MISSING else _v150(a7)
     a8 = x.get("weight_audit", _MISSING)
     a8 = True if a8 is _MISSING else _v27(a8)
     a9 = x.get("max_logprob_mismatch", _MISSING)
-    a9 = None if a9 is _MISSING else _v150(a9)
+    a9 = None if a9 is _MISSING else _v151(a9)
     a10 = x.get("seed", _MISSING)
     a10 = None if a10 is _MISSING else _v95(a10)
     return {
@@ -1845,15 +1864,15 @@ def _v148(x):
     }
 
 
-def _v151(x):
+def _v152(x):
     if type(x) is not dict:
         raise _Reject
     if not _C76.issuperset(x):
         raise _Reject
     a0 = x.get("sglang", _MISSING)
-    a0 = {} if a0 is _MISSING else _v142(a0)
+    a0 = {} if a0 is _MISSING else _v143(a0)
     a1 = x.get("olmo_core", _MISSING)
-    a1 = {} if a1 is _MISSING else _v142(a1)
+    a1 = {} if a1 is _MISSING else _v143(a1)
     return {"sglang": a0, "olmo_core": a1}
 
 
@@ -1903,21 +1922,21 @@ def _v1(x):
     a14 = x.get("rewards", _MISSING)
     a14 = _v105({}) if a14 is _MISSING else _v105(a14)
     a15 = x.get("judges", _MISSING)
-    a15 = {} if a15 is _MISSING else _v127(a15)
+    a15 = {} if a15 is _MISSING else _v128(a15)
     a16 = x.get("rubrics", _MISSING)
-    a16 = {} if a16 is _MISSING else _v130(a16)
+    a16 = {} if a16 is _MISSING else _v131(a16)
     a17 = x.get("judging", _MISSING)
-    a17 = _v131({}) if a17 is _MISSING else _v131(a17)
+    a17 = _v132({}) if a17 is _MISSING else _v132(a17)
     a18 = x.get("evaluation", _MISSING)
-    a18 = _v134({}) if a18 is _MISSING else _v134(a18)
+    a18 = _v135({}) if a18 is _MISSING else _v135(a18)
     a19 = x.get("tracking", _MISSING)
-    a19 = _v144({}) if a19 is _MISSING else _v144(a19)
+    a19 = _v145({}) if a19 is _MISSING else _v145(a19)
     a20 = x.get("compiler_cache", _MISSING)
-    a20 = _v146({}) if a20 is _MISSING else _v146(a20)
+    a20 = _v147({}) if a20 is _MISSING else _v147(a20)
     a21 = x.get("runtime", _MISSING)
-    a21 = _v148({}) if a21 is _MISSING else _v148(a21)
+    a21 = _v149({}) if a21 is _MISSING else _v149(a21)
     a22 = x.get("native", _MISSING)
-    a22 = _v151({}) if a22 is _MISSING else _v151(a22)
+    a22 = _v152({}) if a22 is _MISSING else _v152(a22)
     return {
         "schema_version": a0,
         "name": a1,
@@ -2165,7 +2184,15 @@ _C44 = {("str", "sympy"): "sympy", ("str", "string"): "string"}
 _C45 = frozenset(["equivalence", "timeout_s"])
 _C46 = _re.compile("^https?://[^/@\\s]+(/.*)?$")
 _C47 = frozenset(
-    ["concurrency", "endpoint", "max_processes", "memory_limit_mb", "network", "time_limit_s"]
+    [
+        "allow_unsandboxed",
+        "concurrency",
+        "endpoint",
+        "max_processes",
+        "memory_limit_mb",
+        "network",
+        "time_limit_s",
+    ]
 )
 _C48 = {("str", "fraction"): "fraction", ("str", "all"): "all"}
 _C49 = frozenset(["aggregate", "strict"])
@@ -2198,7 +2225,7 @@ _C60 = _re.compile("^https?://[^/@\\s:]+(:[0-9]+)?(/.*)?$")
 _C61 = frozenset(
     ["endpoint", "max_concurrent_calls", "max_context_length", "mode", "model", "timeout"]
 )
-_C62 = {"managed": _v117, "external": _v123}
+_C62 = {"managed": _v118, "external": _v124}
 _C63 = {
     ("str", "open-instruct/general-quality"): "open-instruct/general-quality",
     ("str", "open-instruct/general-quality_ref"): "open-instruct/general-quality_ref",
@@ -2294,9 +2321,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "95269806193ba68f22df1c75345351a433f3de26345a6aeb897dade503762c64"
+SOURCES = "139be4e3bc215a5524f659ec9e8ca23c1468830ac8e63525e2ba4b188bfffac7"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:165ca9eb53f7e85768ef9d15433bfe2bd68794f1a9e0b7700c70eeac8e22f701"
+SCHEMA_DIGEST = "sha256:e36d7180eeae3900140c6d249bbdbd841a2dad666da99fd684a7bbbc434411a9"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",
@@ -2490,6 +2517,7 @@ FIELD_TREE = {
                 ("memory_limit_mb", None),
                 ("max_processes", None),
                 ("network", None),
+                ("allow_unsandboxed", None),
                 ("concurrency", None),
             ),
         ),

@@ -20,10 +20,18 @@ class CodeReward(Section):
         description="code executor URL (null: the executor shipped with the runtime, local)",
         pattern=r"^https?://[^/@\s]+(/.*)?$",
     )
-    time_limit_s: float = fld(10.0, description="wall-clock limit per test run", gt=0.0)
-    memory_limit_mb: int = fld(1024, description="memory limit per test run", ge=16)
-    max_processes: int = fld(16, description="process limit per test run", ge=1)
+    # Upper bounds are the executor's own ceilings (runtime/executor/sandbox.py MAX_LIMITS).
+    time_limit_s: float = fld(
+        10.0, description="wall-clock and CPU limit per test run", gt=0.0, le=120.0
+    )
+    memory_limit_mb: int = fld(1024, description="memory limit per test run", ge=16, le=8192)
+    max_processes: int = fld(16, description="process limit per test run", ge=1, le=256)
     network: bool = fld(False, description="allow network access in the sandbox")
+    allow_unsandboxed: bool = fld(
+        False,
+        description="let the local executor run programs with rlimits only on a host where no "
+        "sandbox layer (namespaces, user namespaces) works; without it such a host refuses",
+    )
     concurrency: int = fld(8, description="test runs in parallel", ge=1)
 
 

@@ -162,3 +162,79 @@ def test_executor_5xx_is_retried():
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         t.join(30)
+
+
+# -- the [rewards.code] spec fields, as the manifest carries them ----------------------------
+
+STDIO_OK = {"mode": "stdio", "tests": [{"input": "", "output": "done"}]}
+
+
+def _spec(**fields):
+    """A compiled ``[rewards.code]`` section (the spec's defaults, then ``fields``)."""
+    base = {
+        "endpoint": None,
+        "time_limit_s": 10.0,
+        "memory_limit_mb": 1024,
+        "max_processes": 16,
+        "network": False,
+        "allow_unsandboxed": False,
+        "concurrency": 8,
+    }
+    return {**base, **fields}
+
+
+def test_spec_endpoint_selects_the_executor(executor):
+    import httpx
+
+    before = httpx.get(executor.url + "/health", trust_env=False).json()["runs"]
+    v = get_verifier("code", _spec(endpoint=executor.url))
+    assert v.score("print('done')\n", STDIO_OK, {}).score == 1.0
+    assert v._local is None  # no local executor was started
+    after = httpx.get(executor.url + "/health", trust_env=False).json()["runs"]
+    assert after == before + 1
+
+
+def test_spec_time_limit(executor):
+    code = "import time\ntime.sleep(3)\nprint('done')\n"
+    short = get_verifier("code", _spec(endpoint=executor.url, time_limit_s=1.0))
+    res = short.score(code, STDIO_OK, {})
+    assert res.ok and res.score == 0.0 and res.detail["statuses"] == ["timeout"]
+    assert get_verifier("code", _spec(endpoint=executor.url)).score(code, STDIO_OK, {}).score == 1.0
+
+
+def test_spec_memory_limit(executor):
+    code = "x = bytearray(300 * 1024 * 1024)\nprint('done')\n"
+    small = get_verifier("code", _spec(endpoint=executor.url, memory_limit_mb=128))
+    res = small.score(code, STDIO_OK, {})
+    assert res.score == 0.0 and res.detail["statuses"] == ["memory"]
+    assert get_verifier("code", _spec(endpoint=executor.url)).score(code, STDIO_OK, {}).score == 1.0
+
+
+def test_spec_max_processes(executor):
+    code = (
+        "import subprocess, sys\n"
+        "ps = [subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(3)'])"
+        " for _ in range(8)]\nprint('done')\n"
+    )
+    few = get_verifier("code", _spec(endpoint=executor.url, max_processes=4))
+    assert few.score(code, STDIO_OK, {}).score == 0.0
+    assert get_verifier("code", _spec(endpoint=executor.url)).score(code, STDIO_OK, {}).score == 1.0
+
+
+def test_spec_network_starts_an_executor_that_allows_it():
+    code = "import socket\nsocket.socket().bind(('127.0.0.1', 0))\nprint('done')\n"
+    with_net = get_verifier("code", _spec(network=True))
+    without = get_verifier("code", _spec())
+    try:
+        assert with_net.score(code, STDIO_OK, {}).score == 1.0
+        assert without.score(code, STDIO_OK, {}).score == 0.0
+    finally:
+        with_net.close()
+        without.close()
+
+
+def test_function_payload_carries_the_prompt_for_the_judge():
+    payload = build_payload("    return [x + 1 for x in xs]\n", TARGET, META, None)
+    assert payload["context"] == PROMPT
+    assert "network" not in payload
+    assert build_payload("x", STDIO_OK, {}, None, network=True)["network"] is True

@@ -116,6 +116,16 @@ CASES: list[tuple[str, str, str]] = [
         '[[data.tasks]]\ntask = "arithmetic"\n[[data.tasks]]\ntask = "multiplication"\n',
     ),
     (
+        "code-executor-unsandboxed",
+        "[rewards.code]\nallow_unsandboxed = true  # <-\n",
+        "[rewards.code]\nallow_unsandboxed = false\n",
+    ),
+    (
+        "code-executor-unsandboxed-remote",
+        '[rewards.code]\nendpoint = "http://executor:8080"\nallow_unsandboxed = true  # <-\n',
+        '[rewards.code]\nendpoint = "http://executor:8080"\n',
+    ),
+    (
         "filter-zero-std-single-sample",
         "[inference]\nsamples_per_prompt = 1\n[training]\nfilter_zero_std_groups = true  # <-\n",
         "[inference]\nsamples_per_prompt = 2\n[training]\nfilter_zero_std_groups = true\n",
