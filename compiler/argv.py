@@ -55,6 +55,8 @@ def engine_argv(
                 "--random-seed",
                 str(inf["seed"]),
             ]
+            if config["model"].get("hf_template"):
+                argv += ["--hf-template", str(config["model"]["hf_template"])]
         else:
             argv = [
                 "python",

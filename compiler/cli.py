@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recipes": ("compiler.commands.recipes", "List the named recipe catalog."),
     "run": ("compiler.commands.run", "Carry out a spec or manifest on this machine."),
     "launch": ("compiler.commands.launch", "Submit a manifest to Beaker and write a receipt."),
+    "export": ("compiler.commands.export", "Write HF weights from a run's checkpoint."),
     "status": ("compiler.commands.status", "Show launch receipts and job state."),
     "data": ("compiler.commands.data", "Prepare and inspect data manifests."),
     "toml": ("compiler.commands.toml", "TOML tools (toml-test decoder interface)."),

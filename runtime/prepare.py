@@ -1,8 +1,9 @@
 """`python -m runtime.prepare MANIFEST`: the CPU preparation job (beaker/prepare.yaml).
 
 Runs before GPUs are held: verifies the manifest, writes the immutable data manifest under
-output.root (prepared/data), and converts an OLMo-core checkpoint to the HF layout the
-engines serve when the model is given in OLMo-core format.
+output.root (prepared/data), and converts an OLMo-core checkpoint to the HF layout SGLang
+serves (prepared/hf) through OLMo-core's converters. A model with no transformers
+architecture (hybrid MoE) is never converted: the embedded engines read the checkpoint.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_USER = 2
 EXIT_RUNTIME = 3
@@ -40,15 +42,36 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER
     print(f"prepared data: {prepared.manifest_path} ({prepared.train_count} training prompts)")
     if config["model"].get("format") == "olmo_core":
-        from runtime.models import export_hf, load_model
+        return _convert(manifest)
+    return 0
 
-        target = Path(
-            manifest["paths"].get("prepared_hf")
-            or Path(config["output"]["root"]) / "prepared" / "hf"
+
+def _convert(manifest: dict[str, Any]) -> int:
+    """OLMo-core checkpoint -> HF directory for SGLang (embedded engines and the trainer read
+    the checkpoint itself, with the tokenizer from model.hf_template)."""
+    config = manifest["config"]
+    model = config["model"]
+    if config["inference"]["engine"] != "sglang":
+        print(f"no conversion: embedded engines read {model['source']} directly")
+        return 0
+    from runtime.models import ModelLoadError, export_hf, load_model
+    from runtime.models.hf import UnsupportedHFModel
+
+    target = Path(manifest["paths"]["prepared"]) / "hf"
+    try:
+        loaded = load_model(
+            model["source"],
+            architecture=model.get("architecture"),
+            hf_template=model["hf_template"],
         )
-        loaded = load_model(config["model"]["source"])
         export_hf(loaded, loaded.tokenizer, target)
-        print(f"converted {config['model']['source']} -> {target}")
+    except (ModelLoadError, UnsupportedHFModel) as exc:
+        print(
+            f"rlc prepare: error: cannot convert {model['source']} for SGLang: {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USER
+    print(f"converted {model['source']} -> {target}")
     return 0
 
 

@@ -64,6 +64,7 @@ class TrainerConfig:
     router_replay: bool = False  # execute the experts recorded at rollout (Sample.routed_experts)
     expert_parallel: int = 1
     architecture: str | None = None
+    hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint source
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
@@ -109,6 +110,7 @@ class TrainerConfig:
             router_replay=bool(trainer.get("router_replay", False)),
             expert_parallel=int(trainer.get("expert_parallel", 1) or 1),
             architecture=model.get("architecture"),
+            hf_template=model.get("hf_template"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,7 +151,11 @@ class Trainer:
             self.device = torch.device("cuda", self.dist.local_rank)
         torch.manual_seed(cfg.seed)
         self.loaded = loaded or load_model(
-            cfg.model_source, device="cpu", seed=cfg.seed, architecture=cfg.architecture
+            cfg.model_source,
+            device="cpu",
+            seed=cfg.seed,
+            architecture=cfg.architecture,
+            hf_template=cfg.hf_template,
         )
         self.model = self.loaded.model
         self._configure_router_losses()

@@ -62,11 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="torch.compile the decode step (falls back to eager if compilation fails)",
     )
+    p.add_argument(
+        "--hf-template",
+        default=None,
+        help="tokenizer directory for an OLMo-core checkpoint source (model.hf_template)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
 
-def load_source(source: str, *, device: str, dtype: torch.dtype, seed: int) -> Any:
+def load_source(
+    source: str, *, device: str, dtype: torch.dtype, seed: int, hf_template: str | None = None
+) -> Any:
     """``engine-test:...`` builds a tiny model here; anything else goes to runtime.models."""
     if source.startswith("engine-test:"):
         from .tiny import build_tiny, parse_test_source
@@ -77,7 +84,7 @@ def load_source(source: str, *, device: str, dtype: torch.dtype, seed: int) -> A
         return loaded
     from runtime.models import load_model
 
-    return load_model(source, device=device, dtype=dtype, seed=seed)
+    return load_model(source, device=device, dtype=dtype, seed=seed, hf_template=hf_template)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     from .server import build_app
 
     dtype = getattr(torch, args.dtype)
-    loaded = load_source(args.model, device=args.device, dtype=dtype, seed=args.seed)
+    loaded = load_source(
+        args.model, device=args.device, dtype=dtype, seed=args.seed, hf_template=args.hf_template
+    )
     engine = Engine(
         loaded,
         model_path=args.model,
