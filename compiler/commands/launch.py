@@ -20,7 +20,6 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
 
     from compiler.diagnostics import DiagnosticError
     from compiler.lint import lint_manifest
-    from compiler.manifest import load_manifest
     from runtime.launch.beaker import launch
     from runtime.launch.receipts import receipts_dir as default_dir
     from runtime.launch.receipts import write_receipt
@@ -28,7 +27,9 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
     report = lint_manifest(manifest)
     if not report.ok:
         raise DiagnosticError(report.findings)
-    data = load_manifest(manifest)
+    from compiler.trust import load_trusted
+
+    data = load_trusted(manifest)  # also re-derived: a hand-edited command is never submitted
     receipt, spec = launch(data, manifest, dry_run=dry_run)
     if dry_run:
         click.echo(yaml.safe_dump(spec, sort_keys=False, width=120))

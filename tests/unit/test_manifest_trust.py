@@ -182,3 +182,15 @@ def test_runtime_execute_refuses_a_forged_command(
     monkeypatch.delenv("RLC_SIGNING_KEY", raising=False)
     assert execute([str(path)]) == 2
     assert not marker.exists()
+
+
+def test_lint_rederive_catches_a_forged_command(manifest: dict[str, Any], tmp_path: Path) -> None:
+    forged = _forge(
+        manifest, lambda m: m["commands"]["engine_argv"].__setitem__(0, ["sh", "-c", "id"])
+    )
+    path = tmp_path / "manifest.json"
+    path.write_bytes(forged)
+    runner = CliRunner()
+    assert runner.invoke(rlc, ["lint", str(path)]).exit_code == 0  # the fast checks only
+    res = runner.invoke(rlc, ["lint", "--rederive", str(path)])
+    assert res.exit_code == 1 and "manifest-derived" in res.output
