@@ -39,7 +39,12 @@ _URL_QUERY_KEY = re.compile(
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}")
 _SEGMENT = re.compile(r"[A-Za-z0-9+/=]{20,}")
-_CREDENTIAL_OPTION = re.compile(r"(key|token|secret|password|passwd|credential)", re.IGNORECASE)
+# option names that end in a credential word: `api_key`, `ssl_keyfile_password` (not
+# `bucket_time_to_first_token`, a list of latency buckets)
+_CREDENTIAL_OPTION = re.compile(
+    r"(?:^|[_-])(?:key|password|passwd|secret|credentials?|auth_token|access_token|api_token)$",
+    re.IGNORECASE,
+)
 
 
 def _entropy(s: str) -> float:

@@ -157,3 +157,25 @@ def test_explain_reads_only_the_compiled_spec(
         out = explain_manifest_field(path, "optimizer.lr")
         assert "TOP-SECRET" not in out and "PATH=" not in out and "|" not in out
         os.unlink(path)
+
+
+def test_native_options_named_like_tokens_are_not_credentials() -> None:
+    from compiler.secrets import scan
+
+    options = {"bucket_time_to_first_token": [0.1, 1.0], "speculative_token_map": "m.json"}
+    found, _ = scan({"native": {"sglang": options}}, lambda path: None)
+    assert found == []
+    found, _ = scan({"native": {"sglang": {"ssl_keyfile_password": "x"}}}, lambda path: None)
+    assert [d.code for d in found] == ["secret-in-spec"]
+
+
+def test_rlc_run_signs_when_a_key_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compiler.commands.run import compile_for_run
+    from compiler.trust import load_trusted, signature_path
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("RLC_SIGNING_KEY", "k")
+    root = tmp_path / "run"
+    path = compile_for_run("specs/examples/quickstart.toml", (f'output.root="{root}"',), "text")
+    assert signature_path(path).is_file()
+    assert load_trusted(path, {"RLC_SIGNING_KEY": "k"})
