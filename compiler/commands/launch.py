@@ -1,4 +1,5 @@
-"""`rlc launch MANIFEST [--dry-run]`: submit the training experiment and write a receipt."""
+"""`rlc launch MANIFEST [--dry-run]`: submit preparation (when needed), wait for it, then
+training; one receipt per submission. ``--dry-run`` prints both specs in submission order."""
 
 from __future__ import annotations
 
@@ -11,16 +12,20 @@ from compiler.commands._common import guarded
 
 @click.command("launch")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--dry-run", is_flag=True, help="Render and print the spec; submit nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Render and print the specs (preparation, then training); submit nothing.",
+)
 @click.option("--receipts-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @guarded
 def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
-    """Submit a compiled manifest to Beaker (its lint must be clean)."""
+    """Submit a compiled manifest to Beaker (its lint must be clean): preparation first."""
     import yaml
 
     from compiler.diagnostics import DiagnosticError
     from compiler.lint import lint_manifest
-    from runtime.launch.beaker import launch
+    from runtime.launch.beaker import launch_all
     from runtime.launch.receipts import receipts_dir as default_dir
     from runtime.launch.receipts import write_receipt
 
@@ -30,11 +35,21 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
     from compiler.trust import load_trusted
 
     data = load_trusted(manifest)  # also re-derived: a hand-edited command is never submitted
-    receipt, spec = launch(data, manifest, dry_run=dry_run)
-    if dry_run:
-        click.echo(yaml.safe_dump(spec, sort_keys=False, width=120))
-    path = write_receipt(receipt, receipts_dir or default_dir())
-    verb = "dry run of" if dry_run else "submitted"
-    click.echo(f"{verb} {receipt.name} (launch {receipt.launch_id}); receipt {path}")
-    if receipt.url:
-        click.echo(receipt.url)
+    directory = receipts_dir or default_dir()
+    written: list[Path] = []
+    submitted = launch_all(
+        data,
+        manifest,
+        dry_run=dry_run,
+        record=lambda r: written.append(write_receipt(r, directory)),
+        echo=click.echo,
+    )
+    for (receipt, spec), path in zip(submitted, written, strict=True):
+        stage = receipt.extra.get("stage", "train")
+        if dry_run:
+            click.echo(f"# {stage} ({len(submitted)} submission(s), in this order)")
+            click.echo(yaml.safe_dump(spec, sort_keys=False, width=120))
+        verb = "dry run of" if dry_run else "submitted"
+        click.echo(f"{verb} {receipt.name} (launch {receipt.launch_id}); receipt {path}")
+        if receipt.url and not dry_run:
+            click.echo(receipt.url)
