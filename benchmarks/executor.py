@@ -36,8 +36,8 @@ HUMANEVAL = ROOT / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 RESULTS = ROOT / "benchmarks" / "results" / "executor.json"
 
 
-def load_items() -> list[ScoreItem]:
-    with gzip.open(HUMANEVAL, "rt", encoding="utf-8") as fh:
+def load_items(path: Path = HUMANEVAL) -> list[ScoreItem]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.strip()]
     items = []
     for rec in rows:
@@ -96,11 +96,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--data", type=Path, default=HUMANEVAL, help="HumanEval.jsonl.gz")
     args = ap.parse_args()
-    if not HUMANEVAL.exists():
-        print(f"HumanEval data not found at {HUMANEVAL}", file=sys.stderr)
+    if not args.data.exists():
+        print(f"HumanEval data not found at {args.data}", file=sys.stderr)
         return 2
-    items = load_items()
+    items = load_items(args.data)
     rows = [bench(w, items, args.repeat) for w in args.workers]
     floor = interpreter_floor()
     out = {
@@ -117,7 +118,7 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     iso = rows[0]["isolation"]
-    print(f"isolation: network={iso.get('network')} filesystem={iso.get('filesystem')}")
+    print(f"isolation: kind={iso.get('kind')} filesystem={iso.get('filesystem')}")
     print(f"bare `python -I -c pass`: {out['python_startup_floor_ms']} ms")
     print(f"wrote {RESULTS.relative_to(ROOT)}\n")
     print(

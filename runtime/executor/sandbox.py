@@ -559,6 +559,8 @@ class Sandbox:
         if network and not self.iso.allow_network:
             raise ValueError("this executor does not allow network access")
         slots = self._queue()
+        if self.quarantined and slots.empty():
+            await self._reclaim()
         slot = await slots.get()
         self.active += 1
         clean = True
@@ -574,6 +576,13 @@ class Sandbox:
                 slots.put_nowait(slot)
             else:  # never reuse a slot whose uid still has processes
                 self.quarantined.append(slot)
+
+    async def _reclaim(self) -> None:
+        """Give retired slots back once their uid has no process left."""
+        for slot in list(self.quarantined):
+            if await asyncio.to_thread(kill_uid, self.uid_base + slot, 1.0):
+                self.quarantined.remove(slot)
+                self._queue().put_nowait(slot)
 
     async def _run_in_slot(
         self,

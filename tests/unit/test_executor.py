@@ -498,3 +498,32 @@ def test_userns_sandbox_as_an_unprivileged_uid():
         )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["1000 ['1', '2']", "done"], out.stdout
+
+
+def test_a_slot_with_leftover_processes_waits_until_they_are_gone(monkeypatch):
+    import asyncio
+
+    iso = sb.probe_isolation()
+    if not iso.drop_uid:
+        pytest.skip("slot uids need root")
+    real, calls = sb.kill_uid, []
+
+    def first_sweep_fails(uid: int, timeout_s: float = 10.0) -> bool:
+        calls.append(uid)
+        return real(uid, timeout_s) and len(calls) > 1
+
+    monkeypatch.setattr(sb, "kill_uid", first_sweep_fails)
+    box = sb.Sandbox(iso, 1)
+
+    async def go():
+        first = await box.run("print(1)\n", "stdio", sb.Limits())
+        assert box.quarantined == [0]  # not handed to the next run as it is
+        second = await box.run("print(2)\n", "stdio", sb.Limits())
+        return first, second
+
+    try:
+        first, second = asyncio.run(go())
+    finally:
+        box.close()
+    assert first.status == second.status == "ok" and box.quarantined == []
+    assert len(calls) == 3  # after run 1, the reclaim, after run 2
