@@ -167,3 +167,64 @@ def test_hostile_seeds(data: bytes, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_bytes(data)
     _check_cli(["validate", str(spec), "--format", "json"])
+
+
+def _leaves(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _leaves(v, (*path, k))] or [path]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _leaves(v, (*path, i))] or [path]
+    return [path]
+
+
+def _quickstart_manifest() -> dict[str, Any]:
+    from compiler.pipeline import compile_spec
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return compile_spec("specs/examples/quickstart.toml").manifest()
+    finally:
+        os.chdir(cwd)
+
+
+MANIFEST = _quickstart_manifest()
+LEAVES = [p for p in _leaves(MANIFEST) if p and p[0] != "digest"]
+LEAF_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=16),
+    st.sampled_from(["/etc", "sh", "-c", "python", "hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ"]),
+    st.lists(st.text(max_size=4), max_size=3),
+)
+
+
+@_settings(60)
+@given(st.sampled_from(LEAVES), LEAF_VALUES)
+def test_forged_manifests_never_run_edited_derived_fields(
+    path: tuple[Any, ...], value: Any
+) -> None:
+    """Any one leaf set to anything, digest recomputed: the loader answers without raising,
+    and whatever it accepts runs exactly the compiled command lines, paths and plan."""
+    import copy
+
+    from compiler.canonical import CanonicalError, canonical_bytes, digest_of
+    from compiler.trust import check_manifest
+
+    forged = copy.deepcopy(MANIFEST)
+    node: Any = forged
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    try:
+        forged["digest"] = digest_of({k: v for k, v in forged.items() if k != "digest"})
+        data = canonical_bytes(forged)
+    except CanonicalError:
+        return
+    with _no_hang():
+        loaded, problems = check_manifest("forged.json", data, {})
+    if loaded is not None:
+        for key in ("commands", "paths", "plan", "facts"):
+            assert loaded[key] == MANIFEST[key], (path, value)
