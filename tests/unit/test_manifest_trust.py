@@ -194,3 +194,12 @@ def test_lint_rederive_catches_a_forged_command(manifest: dict[str, Any], tmp_pa
     assert runner.invoke(rlc, ["lint", str(path)]).exit_code == 0  # the fast checks only
     res = runner.invoke(rlc, ["lint", "--rederive", str(path)])
     assert res.exit_code == 1 and "manifest-derived" in res.output
+
+
+def test_the_runtime_loads_manifests_only_through_trust() -> None:
+    offenders = []
+    for path in sorted((ROOT / "runtime").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "load_manifest(" in text or "verify_manifest(" in text:
+            offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == [], "the runtime reads manifests with compiler.trust.load_trusted"
