@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 HF_FAMILIES: dict[str, str] = {
@@ -67,6 +67,7 @@ class SourceInfo:
     family: str = ""
     export_problem: str = ""
     template_problem: str = ""
+    shape: dict[str, int] = field(default_factory=dict)  # like BUILTIN_MODELS' sizes
 
 
 def _read_json(path: str) -> dict[str, Any] | str:
@@ -98,6 +99,29 @@ def _hf_problem(cfg: dict[str, Any]) -> str:
     ):
         return "RoPE scaling is not supported"
     return ""
+
+
+def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
+    """Parameter count and the sizes the plan's memory estimate reads, from an HF config of a
+    supported family (full-width QK norm, SwiGLU MLP or routed experts, no biases)."""
+    try:
+        d, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+        heads, vocab, inter = (
+            int(cfg["num_attention_heads"]),
+            int(cfg["vocab_size"]),
+            int(cfg["intermediate_size"]),
+        )
+        kv = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or d // heads)
+    except (KeyError, TypeError, ValueError):
+        return {}
+    q, k = heads * head_dim, kv * head_dim
+    attn = d * q + 2 * d * k + q * d + q + k
+    experts = int(cfg.get("num_experts") or 0)
+    mlp = experts * (3 * d * inter + d) if experts else 3 * d * inter
+    embed = vocab * d * (1 if cfg.get("tie_word_embeddings") else 2)
+    params = embed + layers * (attn + mlp + 2 * d) + d
+    return {"params": params, "layers": layers, "hidden": d, "kv_heads": kv, "head_dim": head_dim}
 
 
 def _has_weights(path: str) -> bool:
@@ -175,5 +199,7 @@ def inspect(source: str, fmt: str | None, hf_template: str | None) -> SourceInfo
         problem = "no *.safetensors weights (only safetensors checkpoints are read)"
     if not problem:
         problem = _tokenizer_problem(source, "the checkpoint directory")
+    if problem:
+        return SourceInfo(problem=problem)
     family = HF_FAMILIES.get(str(cfg.get("model_type")), "")
-    return SourceInfo(problem=problem, family="" if problem else family)
+    return SourceInfo(family=family, shape=hf_shape(cfg))

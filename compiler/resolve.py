@@ -286,6 +286,14 @@ class _Resolver:
             self.derive(
                 "model.num_params", info["params"], "the builtin model's size", ("model.source",)
             )
+        elif self.source_info.shape:
+            info = dict(self.source_info.shape)  # the plan's memory estimate reads the sizes
+            self.derive(
+                "model.num_params",
+                info["params"],
+                "counted from the checkpoint's config",
+                ("model.source",),
+            )
         gpu = tr["gpus"] > 0
         self.derive(
             "trainer.device",
@@ -661,7 +669,7 @@ class _Resolver:
             spans,
         )
 
-    def _source_facts(self) -> dict[str, str]:
+    def _source_facts(self) -> dict[str, Any]:
         """What the readable checkpoint says (all empty when it is not readable)."""
         from compiler.model_source import NO_HF_EXPORT
 
@@ -674,6 +682,7 @@ class _Resolver:
             "model_source_family": info.family,
             "model_template_problem": info.template_problem,
             "model_hf_export_problem": export,
+            "model_source_shape": dict(info.shape),
         }
 
     def _fact_span(

@@ -16,6 +16,8 @@ import pytest
 
 from compiler.pipeline import compile_spec
 
+ROOT = Path(__file__).resolve().parents[2]
+
 SPEC = """schema_version = 1
 name = "src"
 
@@ -195,3 +197,28 @@ def test_rederivation_does_not_reread_the_checkpoint(tmp_path: Path) -> None:
     out = write_manifest(r.manifest(), tmp_path / "manifest.json")
     _hf_dir(src, "olmoe")
     assert load_trusted(out)["config"]["model"]["architecture"] == "moe"
+
+
+OLMOE_CFG = dict(
+    hidden_size=1024,
+    num_hidden_layers=16,
+    num_attention_heads=16,
+    vocab_size=100,
+    intermediate_size=256,
+    num_experts=64,
+    num_experts_per_tok=8,
+)
+
+
+def test_size_is_counted_from_the_config_and_small_moe_may_colocate(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "olmoe", "olmoe", **OLMOE_CFG)
+    spec = ROOT / "specs" / "examples" / "gpu-moe.toml"
+    r = compile_spec(str(spec), [f'model.source="{src}"', f'output.root="{tmp_path / "run"}"'])
+    assert r.ok, [(d.code, d.message) for d in r.errors]
+    m = r.manifest()
+    assert m["config"]["model"]["num_params"] == 873_735_168
+    assert m["config"]["model"]["architecture"] == "moe"
+    assert m["plan"]["memory"]["colocated_gib_per_gpu"] < 141
+    huge = _hf_dir(tmp_path / "huge", "olmoe", **{**OLMOE_CFG, "num_hidden_layers": 900})
+    r = compile_spec(str(spec), [f'model.source="{huge}"', f'output.root="{tmp_path / "run"}"'])
+    assert "colocated-full-model" in _codes(r)
