@@ -175,11 +175,12 @@ def _build_mounts(cfg, program, uid):
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
     work_opts = f"size={cfg['disk_mb']}m,nr_inodes=4096,mode=700{owner}"
     _mount("tmpfs", WORK, "tmpfs", tmp_flags, work_opts)
-    main_py = f"{WORK}/main.py"
-    with open(main_py, "wb") as fh:
-        fh.write(program)
-    if uid is not None:
-        os.chown(main_py, uid, uid)
+    for name, data in program.items():
+        path = f"{WORK}/{name}"
+        with open(path, "wb") as fh:
+            fh.write(data)
+        if uid is not None:
+            os.chown(path, uid, uid)
     _mount(f"/proc/self/fd/{py_fd}", PYTHON_MOUNT, None, MS_BIND | MS_REC, None)
     bind_ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | prefix_flags
     _mount(None, PYTHON_MOUNT, None, bind_ro, None)
@@ -337,8 +338,11 @@ def _main():
     cfg = json.loads(sys.argv[1])
     sandboxed = cfg["kind"] in ("namespaces", "userns")
     try:
-        with open(os.path.join(cfg["workdir"], "main.py"), "rb") as fh:
-            program = fh.read()
+        program = {}  # the run's files (main.py; the judge's test.py and context.py)
+        for entry in os.scandir(cfg["workdir"]):
+            if entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as fh:
+                    program[entry.name] = fh.read()
         bpf = b""
         if cfg["seccomp"]:
             with open(cfg["seccomp"], "rb") as fh:

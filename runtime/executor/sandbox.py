@@ -24,6 +24,8 @@ Always: rlimits (CPU, address space, processes, file size, open files, no core d
 scrubbed environment, a wall-clock timeout that kills the whole run, and capped output.
 Verdicts are never taken from the program: stdio output is compared by the service and
 function tests are judged by a separate process (`judge`) on values rebuilt from plain data.
+The judge runs the request's test code, so it gets a sandbox of its own (second uid of the
+slot, no network); the two talk only through a pair of pipes.
 """
 
 from __future__ import annotations
@@ -33,14 +35,13 @@ import contextlib
 import ctypes
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -479,19 +480,6 @@ def _pdeathsig() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _judge_preexec(limits: Limits) -> Any:
-    mem = max(1024, limits.memory_mb) * 1024 * 1024
-    cpu = max(1, int(limits.wall_s + 1))
-
-    def preexec() -> None:
-        _pdeathsig()
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return preexec
-
-
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Signals the main process's exit at once (``Process.wait`` also waits for the pipes,
     which an escaped descendant could hold open)."""
@@ -523,8 +511,9 @@ class Sandbox:
     """Creates working directories and runs programs in them, one slot per worker."""
 
     def __init__(self, iso: Isolation, workers: int, root: str | None = None) -> None:
-        if not 1 <= workers <= MAX_SLOTS:
-            raise ValueError(f"workers must be in 1..{MAX_SLOTS}")
+        # Each slot has two throw-away uids: the program's and its judge's.
+        if not 1 <= workers <= MAX_SLOTS // 2:
+            raise ValueError(f"workers must be in 1..{MAX_SLOTS // 2}")
         self.iso = iso
         self.workers = workers
         self.root = tempfile.mkdtemp(prefix="rlc-executor-", dir=root)
@@ -580,7 +569,8 @@ class Sandbox:
     async def _reclaim(self) -> None:
         """Give retired slots back once their uid has no process left."""
         for slot in list(self.quarantined):
-            if await asyncio.to_thread(kill_uid, self.uid_base + slot, 1.0):
+            uids = (self.uid_base + slot, self.uid_base + self.workers + slot)
+            if all([await asyncio.to_thread(kill_uid, u, 1.0) for u in uids]):
                 self.quarantined.remove(slot)
                 self._queue().put_nowait(slot)
 
@@ -596,6 +586,8 @@ class Sandbox:
     ) -> tuple[RunOutcome, bool]:
         iso = self.iso
         uid = self.uid_base + slot if iso.drop_uid else None
+        judge_uid = uid + self.workers if uid is not None and judge is not None else None
+        uids = [u for u in (uid, judge_uid) if u is not None]
         workdir = tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.root)
         try:
             Path(workdir, "main.py").write_bytes(program.encode("utf-8", "replace"))
@@ -606,14 +598,18 @@ class Sandbox:
             if judge is None:
                 outcome = await self._run_stdio(workdir, uid, limits, stdin, seccomp, network)
             else:
-                outcome = await self._run_function(workdir, uid, limits, judge, seccomp, network)
+                outcome = await self._run_function(
+                    workdir, uid, judge_uid, limits, judge, seccomp, network
+                )
         except BaseException:
-            if uid is not None:
-                await asyncio.to_thread(kill_uid, uid)
+            for u in uids:
+                await asyncio.to_thread(kill_uid, u)
             raise
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        clean = True if uid is None else await asyncio.to_thread(kill_uid, uid)
+        clean = True
+        for u in uids:
+            clean = await asyncio.to_thread(kill_uid, u) and clean
         return outcome, clean
 
     async def _start(
@@ -623,7 +619,6 @@ class Sandbox:
         stdin: bool,
         pass_fds: tuple[int, ...],
         preexec: Any,
-        cwd: str | None = None,
     ) -> tuple[asyncio.subprocess.Process, _ExitProtocol, asyncio.SubprocessTransport]:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.subprocess_exec(
@@ -633,7 +628,6 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,
-            cwd=cwd,
             pass_fds=pass_fds,
             start_new_session=True,
             preexec_fn=preexec,
@@ -675,6 +669,7 @@ class Sandbox:
         self,
         workdir: str,
         uid: int | None,
+        judge_uid: int | None,
         limits: Limits,
         judge: JudgeSpec,
         seccomp: str | None,
@@ -683,9 +678,14 @@ class Sandbox:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         status_r, status_w = os.pipe()
+        # The judge runs the request's test code, so it is sandboxed too (its own namespaces
+        # and throw-away uid, never network); the program cannot see or signal it.
         judge_dir = tempfile.mkdtemp(prefix="judge-", dir=self.root)
         Path(judge_dir, "context.py").write_text(judge.context, encoding="utf-8")
         Path(judge_dir, "test.py").write_text(judge.test, encoding="utf-8")
+        if judge_uid is not None:
+            os.chown(judge_dir, judge_uid, judge_uid)
+        os.chmod(judge_dir, 0o700)
         program = [
             *program_prefix(self.iso),
             "-c",
@@ -695,10 +695,11 @@ class Sandbox:
             judge.entry_point,
         ]
         argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network, (req_r, resp_w))
-        judge_argv = [
-            self.iso.python,
-            "-I",
-            "-S",
+        judge_limits = replace(
+            limits, memory_mb=max(1024, limits.memory_mb), cpu_s=limits.wall_s + 1
+        )
+        judge_program = [
+            *program_prefix(self.iso),
             "-c",
             JUDGE_SOURCE,
             str(req_w),
@@ -706,6 +707,17 @@ class Sandbox:
             str(status_w),
             judge.entry_point,
         ]
+        judge_seccomp = self._seccomp.get(False) if self._seccomp else None
+        judge_argv = init_argv(
+            self.iso,
+            judge_limits,
+            judge_dir,
+            judge_uid,
+            judge_program,
+            judge_seccomp,
+            False,
+            (req_w, resp_r, status_w),
+        )
         start = time.monotonic()
         run: _Watched | None = None
         judge_run: _Watched | None = None
@@ -720,11 +732,10 @@ class Sandbox:
                 req_r = resp_w = -1
                 jproc, jprotocol, jtransport = await self._start(
                     judge_argv,
-                    {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+                    sandbox_env(self.iso, judge_dir),
                     False,
                     (req_w, resp_r, status_w),
-                    _judge_preexec(limits),
-                    cwd=judge_dir,
+                    _pdeathsig,
                 )
                 judge_run = _Watched(jproc, jprotocol, jtransport, limits, None, hard=False)
             except (OSError, subprocess.SubprocessError) as exc:

@@ -87,7 +87,7 @@ async def handle_health(request: web.Request) -> web.Response:
             "active": sandbox.active,
             "runs": sandbox.runs,
             "uid_range": (
-                [sandbox.uid_base, sandbox.uid_base + sandbox.workers - 1]
+                [sandbox.uid_base, sandbox.uid_base + 2 * sandbox.workers - 1]
                 if sandbox.iso.drop_uid
                 else None
             ),

@@ -104,7 +104,8 @@ def test_health_reports_isolation(http, executor):
     if iso["kind"] == "namespaces":
         assert iso["drop_uid"] is True
         base = slot_uid_base(executor.proc.pid)
-        assert data["uid_range"] == [base, base + 1] and base >= UID_BASE
+        # Two uids per slot: the program's and its judge's.
+        assert data["uid_range"] == [base, base + 3] and base >= UID_BASE
     assert iso["seccomp"] is True  # libseccomp is a dependency
     if sb.landlock_abi():
         assert iso["landlock_abi"] == sb.landlock_abi()
@@ -225,6 +226,21 @@ def test_values_cross_as_plain_data(http, executor):
     catch_all = "def check(c):\n    try:\n        c()\n    except Exception:\n        pass\n"
     res = one(http, executor, "import os\ndef f():\n    os._exit(0)\n", tests=catch_all)
     assert not res["passed"] and res["status"] == "failed", res
+
+
+def test_test_code_is_sandboxed_too(http, executor):
+    """The judge runs the request's test code: it gets the same sandbox (and no network)."""
+    tag = uuid.uuid4().hex
+    here = Path(__file__).resolve().parent
+    for attack in (
+        f"open({str(here / ('judge-escape-' + tag))!r}, 'w')\n",
+        f"open('/escape-{tag}', 'w')\n",
+        "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n",
+    ):
+        tests = attack + "def check(c):\n    assert c() == 1\n"
+        res = one(http, executor, "def f():\n    return 1\n", tests=tests)
+        assert res["status"] == "error" and res["detail"].startswith("test error"), res
+    assert not (here / f"judge-escape-{tag}").exists() and not Path(f"/escape-{tag}").exists()
 
 
 def test_prompt_context_is_visible_to_the_tests_only(http, executor):
@@ -526,4 +542,4 @@ def test_a_slot_with_leftover_processes_waits_until_they_are_gone(monkeypatch):
     finally:
         box.close()
     assert first.status == second.status == "ok" and box.quarantined == []
-    assert len(calls) == 3  # after run 1, the reclaim, after run 2
+    assert len(calls) == 4  # after run 1, the reclaim (program and judge uid), after run 2
