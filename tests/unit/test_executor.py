@@ -477,7 +477,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"
     reason="needs root to become an unprivileged uid, setpriv and a system python",
 )
 def test_userns_sandbox_as_an_unprivileged_uid():
-    """The ``userns`` layer as a plain uid (65534): read-only root, private /proc, no net."""
+    """The ``userns`` layer as a plain uid (65534): read-only root, private /proc, no net,
+    the process and disk limits, and nothing left running afterwards."""
+    tag = "userns-orphan-" + uuid.uuid4().hex
     prefix = str(Path(os.path.realpath(SYSTEM_PYTHON)).parent.parent)
     iso = sb.Isolation(
         "userns", False, sb.landlock_abi(), True, os.path.realpath(SYSTEM_PYTHON), prefix
@@ -495,13 +497,26 @@ def test_userns_sandbox_as_an_unprivileged_uid():
             "    except OSError:\n        pass\n"
             "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=1)\n    print('NET')\n"
             "except OSError:\n    pass\n"
+            "import subprocess, sys\nps = []\n"
+            "try:\n"
+            "    for _ in range(12):\n"
+            "        ps.append(subprocess.Popen([sys.executable, '-S', '-c',\n"
+            f"                   'import time; time.sleep(120)', {tag!r}], start_new_session=True))\n"
+            "except OSError as exc:\n    print('LIMIT', type(exc).__name__, len(ps))\n"
+            "try:\n    open('big', 'wb').write(b'x' * 9_000_000)\n    print('DISK')\n"
+            "except OSError:\n    pass\n"
             "open('own.txt', 'w').write('ok')\nprint('done')\n"
         )
         (work / "main.py").write_text(code)
         bpf = Path(root, "filter.bpf")
         bpf.write_bytes(sb.build_seccomp(False))
         argv = sb.init_argv(
-            iso, sb.Limits(), str(work), None, [*sb.program_prefix(iso), "main.py"], str(bpf)
+            iso,
+            sb.Limits(max_processes=6, disk_mb=8),
+            str(work),
+            None,
+            [*sb.program_prefix(iso), "main.py"],
+            str(bpf),
         )
         argv[0] = SYSTEM_PYTHON
         out = subprocess.run(
@@ -513,7 +528,11 @@ def test_userns_sandbox_as_an_unprivileged_uid():
             cwd=root,
         )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["1000 ['1', '2']", "done"], out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0] == "1000 ['1', '2']" and lines[-1] == "done", out.stdout
+    assert lines[1].startswith("LIMIT BlockingIOError") and len(lines) == 3, out.stdout
+    time.sleep(0.2)
+    assert host_pids_with(tag) == []  # the PID namespace took the sleepers with it
 
 
 def test_a_slot_with_leftover_processes_waits_until_they_are_gone(monkeypatch):
