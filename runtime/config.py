@@ -436,6 +436,29 @@ def _judge_bindings(config: dict[str, Any], plan: dict[str, Any]) -> dict[str, J
     return out
 
 
+def _check_honoured(config: dict[str, Any]) -> None:
+    """Refuse, before anything starts, values this runtime would not carry out.
+
+    The compiler rejects them too (schemas/rules/contract.rules); this guards manifests
+    from older compilers, so nothing ever silently runs something else.
+    """
+    algorithm = _sec(config, "training").get("algorithm", "grpo")
+    if algorithm not in (None, "grpo"):
+        raise ConfigError(f"training.algorithm = {algorithm!r} is not implemented (only 'grpo')")
+    asy = _sec(config, "async")
+    publication_mode = asy.get("publication_mode") or "barrier"
+    if publication_mode != "barrier":
+        raise ConfigError(
+            f"async.publication_mode = {publication_mode!r} is not implemented (only 'barrier')"
+        )
+    submission_granularity = asy.get("submission_granularity") or "group"
+    if submission_granularity != "group":
+        raise ConfigError(
+            f"async.submission_granularity = {submission_granularity!r} is not implemented "
+            "(the producer submits whole groups)"
+        )
+
+
 def from_manifest(manifest: dict[str, Any]) -> RunConfig:
     """Map a verified manifest dict onto `RunConfig` (raises `ConfigError`)."""
     config = manifest.get("config") or {}
@@ -457,8 +480,11 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
         seed=int(_get(data, "seed", 17)),
         shuffle=bool(_get(data, "shuffle", True)),
     )
-    if not data_cfg.tasks:
-        raise ConfigError("config.data.tasks is empty; nothing to train on")
+    if not data_cfg.tasks and not (data.get("manifest") or data.get("prompt_data")):
+        raise ConfigError(
+            "config.data selects no prompts (tasks, prompt_data or manifest); nothing to train on"
+        )
+    _check_honoured(config)
 
     ctx = int(_get(inf, "max_context_length", 6144))
     resp = int(_get(inf, "max_response_length", min(4096, ctx // 2)))

@@ -123,10 +123,16 @@ class NodeRunner:
         self.resume = resume
         self.progress = progress
         self.stop = StopFlag()
-        self.sup = Supervisor(log_dir=cfg.paths.root / "logs")
+        from runtime.compiler_cache import CacheSession, CompilerCache
+
+        self.compiler_cache = CacheSession(
+            CompilerCache.from_config(cfg.config.get("compiler_cache") or {})
+        )
+        self.sup = Supervisor(log_dir=cfg.paths.root / "logs", env_for=self.compiler_cache.env_for)
         self.engine_urls: list[str] = []
         self.gen_url = ""
         self.publisher: Any = None  # set by the trainer node; dead engines are dropped from it
+        self.prompts: tuple[Any, dict[str, Any]] | None = None  # (sampler, id -> prompt)
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -251,6 +257,15 @@ class NodeRunner:
     def run(self) -> dict[str, Any] | None:
         cfg = self.cfg
         cfg.paths.ensure()
+        if self.roles.trainer:  # bad data fails here, before any engine starts
+            from runtime.data.manifest import DataManifestError
+            from runtime.data.tasks import DataError
+            from runtime.rollout.driver import _make_data
+
+            try:
+                self.prompts = _make_data(cfg)
+            except (DataError, DataManifestError) as exc:
+                raise RunFailure(f"data: {exc}") from None
         try:
             self.start_engines()
             if self.roles.router:
@@ -262,11 +277,13 @@ class NodeRunner:
             self.gen_url = f"http://{host}:{self.router_port}"
         else:
             self.gen_url = self.engine_urls[0]
+        self.compiler_cache.start_publisher()
         if not self.roles.trainer:
             return self._serve_only()
         self.wait_remote_engines()
         from runtime.rollout.driver import train
 
+        os.environ.update(self.compiler_cache.env_for("trainer"))  # the loop runs here
         return train(self)
 
     def _serve_only(self) -> None:
@@ -278,6 +295,7 @@ class NodeRunner:
 
     def close(self) -> None:
         self.sup.shutdown()
+        self.compiler_cache.close()
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -63,6 +63,8 @@ class Supervisor:
 
     log_dir: Path
     grace_s: float = 10.0
+    # extra environment per child name (e.g. its private compiler-cache directories)
+    env_for: Callable[[str], Mapping[str, str]] | None = None
     children: list[Child] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -78,6 +80,8 @@ class Supervisor:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name.replace(':', '-')}.log"
         full_env = dict(os.environ)
+        if self.env_for is not None:
+            full_env.update(self.env_for(name))
         full_env.update(env or {})
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(

@@ -44,8 +44,9 @@ class AsyncSection(Section):
         aliases=("async.async_unused_samples_handler",),
     )
     submission_granularity: Literal["sample", "group"] = fld(
-        "sample",
-        description="producer submits single samples or whole groups",
+        "group",
+        description="producer submits whole groups (one request with n samples); "
+        "single-sample submission is not implemented",
         aliases=("async.rollout_submission_granularity",),
     )
     publication_mode: Literal["barrier", "refresh", "engine_drain"] = fld(

@@ -20,4 +20,6 @@ class TrackingSection(Section):
         None, description="W&B group", aliases=("tracking.comparison_id",)
     )
     wandb_run_name: str | None = fld(None, description="W&B run name", derived="name")
-    log_interval: int = fld(1, description="optimizer updates between metric lines", ge=1)
+    log_interval: int = fld(
+        1, description="collections between W&B log calls (metrics.jsonl gets every one)", ge=1
+    )

@@ -260,12 +260,65 @@ def verify_data_manifest(path: str | Path) -> DataManifest:
     return DataManifest(p, body)
 
 
+def _read_prompts(path: Path, what: str) -> list[Prompt]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        out.append(Prompt.from_json(json.loads(line)))
+                    except (ValueError, KeyError, TypeError) as exc:
+                        raise DataManifestError(
+                            f"{what} {path}:{n}: not a prompt record ({exc})"
+                        ) from None
+    except OSError as exc:
+        raise DataManifestError(f"{what} {path}: {exc.strerror or exc}") from None
+    if not out:
+        raise DataManifestError(f"{what} {path} holds no prompts")
+    return out
+
+
+def _check_verifiers(prompts: Sequence[Prompt], registry: Mapping[str, Any], where: str) -> None:
+    """Every prompt names a verifier of the registry, and the runtime knows it."""
+    from runtime.rewards.base import UnknownVerifier, verifier_class
+
+    for name in sorted({p.verifier for p in prompts}):
+        if name not in registry:
+            raise DataManifestError(f"{where}: verifier {name!r} is not in the verifier registry")
+        try:
+            verifier_class(name)
+        except UnknownVerifier:
+            raise DataManifestError(f"{where}: verifier {name!r} is not available here") from None
+
+
 def load_prompts(config: Mapping[str, Any]) -> tuple[list[Prompt], list[Prompt]]:
-    """Train and eval prompts for a run: from ``data.manifest`` (verified) or the tasks."""
+    """Train and eval prompts for a run: the prompt pool ``[data]`` selects.
+
+    ``data.manifest`` (verified: digest, sha256s, record counts), ``data.prompt_data`` (a
+    prepared JSONL of prompt records with ``data.reward_config``, the verifier registry
+    JSON they name), or ``data.tasks`` (loaded and split here).
+    """
     data = config.get("data") or {}
     if data.get("manifest"):
         m = verify_data_manifest(data["manifest"])
-        return m.prompts("train"), m.prompts("eval")
+        train = m.prompts("train")
+        _check_verifiers(train, m.verifier_registry(), str(m.path))
+        return train, m.prompts("eval")
+    if data.get("prompt_data"):
+        path = Path(str(data["prompt_data"]))
+        train = _read_prompts(path, "data.prompt_data")
+        reg_path = data.get("reward_config")
+        if not reg_path:
+            raise DataManifestError("data.prompt_data needs data.reward_config")
+        try:
+            registry = json.loads(Path(str(reg_path)).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataManifestError(f"data.reward_config {reg_path}: {exc}") from None
+        if not isinstance(registry, dict):
+            raise DataManifestError(f"data.reward_config {reg_path} must be a JSON object")
+        _check_verifiers(train, registry, str(path))
+        return train, []
     entries = [dict(e) for e in data.get("tasks") or []]
     for e in entries:
         if e.get("prompt_wrapper") is None and data.get("prompt_wrapper") is not None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from runtime.rewards.base import FailureCounter, ScoreItem, Verifier, apply_failure_policy
 from runtime.rollout.advantages import assign_advantages, group_stats, split_zero_std
+from runtime.rollout.shaping import Shaping
 from runtime.rollout.types import Group, Sample
 
 
@@ -70,6 +71,7 @@ class CollectSettings:
     max_refill_rounds: int = 2
     failure_policy: str = "zero"
     concurrency: int = 8
+    shaping: Shaping = field(default_factory=Shaping)
 
 
 @dataclass
@@ -174,6 +176,7 @@ class Collector:
             groups = self.generate_groups(prompts, version)
             t1 = time.monotonic()
             self.score(groups, stats)
+            self.s.shaping.apply(groups)
             stats.generate_s += t1 - t0
             stats.score_s += time.monotonic() - t1
             stats.groups_generated += len(groups)

@@ -18,7 +18,9 @@ from runtime.config import RunConfig
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.rollout.collect import Collector, CollectSettings, GroupGenerator
 from runtime.rollout.loop import GRPOLoop, LoopState
+from runtime.rollout.shaping import Shaping
 from runtime.rollout.types import Sample
+from runtime.tracking import WandbSink
 
 if TYPE_CHECKING:
     from runtime.execute import NodeRunner
@@ -26,13 +28,14 @@ if TYPE_CHECKING:
 
 # ---- seams ---------------------------------------------------------------------------------
 def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
-    """The deterministic prompt sampler and an id -> prompt table (for async resume)."""
+    """The deterministic prompt sampler over the pool ``[data]`` selects (tasks, a
+    prepared ``prompt_data`` file or a verified data ``manifest``) and an id -> prompt
+    table (for async resume)."""
+    from runtime.data.manifest import load_prompts
     from runtime.data.sampler import PromptSampler
-    from runtime.data.tasks import load_tasks
     from runtime.rewards.judge_binding import attach_prompt_text
 
-    entries = [dict(t) for t in (cfg.config.get("data") or {}).get("tasks") or []]
-    train, _eval, _parts = load_tasks(entries, cfg.data.seed)
+    train, _eval = load_prompts(cfg.config)
     attach_prompt_text(train, cfg.judge_bindings)
     sampler = PromptSampler(train, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
     return sampler, {p.id: p for p in train}
@@ -146,6 +149,7 @@ class TrainerAdapter:
                 reward=s.reward,
                 group_id=s.prompt_id,
                 routed_experts=s.routed_experts,
+                loss_mask=None if s.trained else [0] * len(s.response_ids),
             )
             for s in samples
         ]
@@ -266,6 +270,25 @@ def _make_generator(
     return generate
 
 
+def rollout_concurrency(cfg: RunConfig) -> int:
+    """Prompt groups generated at once (one request of ``samples_per_prompt`` each).
+
+    Bounded by the client's HTTP slots, ``min(server_concurrency, max_running_requests)``
+    requests per engine, and with async by ``async.producer_budget`` samples in flight;
+    never more than one collection (sync) and at least one group.
+    """
+    inf = cfg.inference
+    S = inf.samples_per_prompt
+    server_concurrency = int(inf.raw.get("server_concurrency") or inf.max_running_requests)
+    slots = min(server_concurrency, inf.max_running_requests) * len(cfg.placement.engines)
+    groups = min(inf.prompts_per_collection, max(1, slots // S))
+    if cfg.async_.enabled:
+        producer_budget = (cfg.config.get("async") or {}).get("producer_budget")
+        if producer_budget:
+            groups = min(max(1, int(producer_budget) // S), max(1, slots // S))
+    return max(1, groups)
+
+
 def _sampling_params(cfg: RunConfig, tokenizer: Any) -> dict[str, Any]:
     inf = cfg.inference
     params: dict[str, Any] = {
@@ -366,7 +389,7 @@ def train(runner: NodeRunner) -> dict[str, Any]:
 
     cfg = runner.cfg
     log = _logger(runner)
-    sampler, by_id = _make_data(cfg)
+    sampler, by_id = runner.prompts if runner.prompts is not None else _make_data(cfg)
     trainer = _make_trainer(cfg)
     tokenizer = trainer.tokenizer
     transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))
@@ -427,7 +450,8 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             filter_zero_std=cfg.training.filter_zero_std_groups,
             max_refill_rounds=cfg.training.max_refill_rounds,
             failure_policy=cfg.failure_policy,
-            concurrency=max(1, min(cfg.inference.prompts_per_collection, 16)),
+            concurrency=rollout_concurrency(cfg),
+            shaping=Shaping.from_config(cfg.config.get("rewards") or {}),
         ),
     )
     metrics = MetricsWriter(cfg.paths.metrics)
@@ -441,6 +465,9 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     )
     save = _make_saver(cfg, trainer) if _checkpointing(cfg) else None
     total = cfg.training.num_rollouts
+    tracker = WandbSink.from_config(cfg.config.get("tracking") or {}).start(
+        cfg.paths.root / "wandb", cfg.config, run_id=cfg.digest.removeprefix("sha256:")[:16]
+    )
     with ProgressView(total, start=state.collection, enabled=runner.progress) as progress:
         loop = GRPOLoop(
             cfg,
@@ -456,11 +483,14 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             stop=runner.stop,
             prompt_lookup=by_id.__getitem__,
             evaluator=evaluator,
+            tracker=tracker,
         )
         try:
             state = loop.run()
         finally:
             eval_summary = evaluator.close() if evaluator is not None else {}
+            if tracker is not None:
+                tracker.finish()
     if runner.stop:
         log(f"stopped after collection {state.collection}: {runner.stop.reason}")
     elif cfg.export_hf or cfg.checkpoint.export_hf_final:

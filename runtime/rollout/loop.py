@@ -40,6 +40,10 @@ class TrainerLike(Protocol):
     def state_dict_for_publication(self) -> dict[str, Any]: ...
 
 
+class TrackerLike(Protocol):
+    def log(self, record: dict[str, Any]) -> None: ...
+
+
 class PublisherLike(Protocol):
     def publish(self, state_dict: dict[str, Any], version: int) -> Any: ...
 
@@ -118,8 +122,10 @@ class GRPOLoop:
         stop: StopFlag | None = None,
         prompt_lookup: Callable[[str], Any] | None = None,
         evaluator: EvaluatorLike | None = None,
+        tracker: TrackerLike | None = None,
     ) -> None:
         self.cfg = cfg
+        self.tracker = tracker
         self.trainer = trainer
         self.collector = collector
         self.sampler = sampler
@@ -140,6 +146,7 @@ class GRPOLoop:
         self._outstanding: dict[str, None] = {}
         self.t_start = time.monotonic()
         self.last_saved: int | None = None
+        self._updates = 0  # optimizer updates of this process (scoring-pass checks)
 
     # ---- prompts -------------------------------------------------------------------------
     def _next_prompts(self, n: int) -> list[Any]:
@@ -167,16 +174,28 @@ class GRPOLoop:
     def _train(self, samples: list[Sample]) -> tuple[dict[str, Any], float | None, float]:
         """Optimizer step(s) on one collection: (train metrics, mismatch, logprob seconds).
 
-        With one step per collection the old policy is the current weights and the trainer
-        measures the mismatch in its own forward; with several steps the old logprobs are
-        pinned by one extra scoring pass first (which also gives the mismatch).
+        The PPO "old" policy comes from, in order: the engines' logprobs
+        (``optimizer.use_rollout_logprobs``), a scoring pass before the update
+        (``optimizer.scoring_pass``: needed with several steps per collection or a KL term),
+        or the training forward itself (exact for one step). A skipped scoring pass is
+        checked: on the first update of this process and every ``scoring_check_interval``
+        updates the pass runs anyway, and the training forward's log-ratio against it must
+        stay within ``scoring_check_tolerance``.
         """
-        steps = self.cfg.optimizer.steps_per_collection
+        opt = self.cfg.optimizer
+        steps = opt.steps_per_collection
         if not samples:
             return {}, None, 0.0
+        raw = opt.raw
+        anchor_rollout = bool(raw.get("use_rollout_logprobs", False))
+        scoring_pass = bool(raw.get("scoring_pass", steps > 1 or opt.kl_coef > 0))
+        check = not anchor_rollout and not scoring_pass and steps == 1 and self._scoring_check_due()
         mm: float | None = None
         logprob_s = 0.0
-        if steps > 1:
+        if anchor_rollout:
+            for s in samples:
+                s.old_logprobs = [float(x) for x in s.logprobs]
+        elif scoring_pass or steps > 1 or check:
             t0 = time.monotonic()
             lps = self.trainer.compute_logprobs(samples)
             for s, lp in zip(samples, lps, strict=True):
@@ -184,15 +203,40 @@ class GRPOLoop:
             mm = mismatch(lps, samples)
             logprob_s = time.monotonic() - t0
             self._limit_mismatch(mm)
+        self._updates += 1
         per = max(1, -(-len(samples) // steps))
         out = []
         for i in range(0, len(samples), per):
             out.append(dict(self.trainer.train_step(samples[i : i + per]) or {}))
         merged = _merge_train_metrics(out)
+        if check:
+            self._check_scoring_skip(merged, float(raw.get("scoring_check_tolerance", 1e-3)))
         if mm is None:
             mm = merged.get("train/logprob_abs_diff")
             self._limit_mismatch(mm)
         return merged, mm, logprob_s
+
+    def _scoring_check_due(self) -> bool:
+        """First update of this process, then every ``scoring_check_interval`` (0: never)."""
+        every = int(self.cfg.optimizer.raw.get("scoring_check_interval", 50))
+        if self._updates == 0:
+            return True
+        return every > 0 and self._updates % every == 0
+
+    def _check_scoring_skip(self, merged: dict[str, Any], tolerance: float) -> None:
+        """The training forward must reproduce the scoring pass it replaces."""
+        import math
+
+        hi = float(merged.get("train/ratio_max", 1.0))
+        lo = float(merged.get("train/ratio_min", 1.0))
+        gap = max(abs(math.log(max(hi, 1e-30))), abs(math.log(max(lo, 1e-30))))
+        merged["train/scoring_check_gap"] = gap
+        if gap > tolerance:
+            raise MismatchError(
+                f"the skipped scoring pass is not reproduced by the training forward: log-ratio "
+                f"gap {gap:.3g} > optimizer.scoring_check_tolerance={tolerance:g} (dropout or "
+                "non-deterministic kernels); set optimizer.scoring_pass = true"
+            )
 
     def _publish(self) -> float:
         self.state.policy_version += 1
@@ -466,6 +510,8 @@ class GRPOLoop:
 
     def _emit(self, rec: dict[str, Any]) -> None:
         self.metrics.write(rec)
+        if self.tracker is not None:
+            self.tracker.log(rec)
         if self.progress is not None:
             self.progress.update(
                 int(rec["collection"]), float(rec["reward/mean"]), float(rec["tokens/per_s"])

@@ -28,6 +28,7 @@ class Sample:
     advantage: float = 0.0
     old_logprobs: list[float] | None = None  # trainer's, pinned when steps_per_collection > 1
     routed_experts: Any = None
+    trained: bool = True  # False: no gradient (rewards.exclude_truncated)
 
     @property
     def num_tokens(self) -> int:

@@ -64,7 +64,9 @@ class TrainerConfig:
     router_replay: bool = False  # execute the experts recorded at rollout (Sample.routed_experts)
     expert_parallel: int = 1
     architecture: str | None = None
-    hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint source
+    hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint (model.hf_template)
+    fp32_lm_head: bool = False  # LM head (and logits) in float32 under bf16 autocast
+    row_specialization: str = "dynamic"  # packed rows sized to their samples (only value)
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
@@ -82,6 +84,7 @@ class TrainerConfig:
             lr=float(opt.get("lr", 1e-6)),
             schedule=str(opt.get("schedule", "constant")),
             warmup_steps=int(opt.get("warmup_steps", 0) or 0),
+            min_lr_ratio=_min_lr_ratio(opt),
             total_steps=int(training.get("num_rollouts", 100)) * steps_per,
             weight_decay=float(opt.get("weight_decay", 0.0)),
             adam_beta1=float(opt.get("adam_beta1", 0.9)),
@@ -110,13 +113,42 @@ class TrainerConfig:
             router_replay=bool(trainer.get("router_replay", False)),
             expert_parallel=int(trainer.get("expert_parallel", 1) or 1),
             architecture=model.get("architecture"),
+            fp32_lm_head=bool(trainer.get("fp32_lm_head", False)),
             hf_template=model.get("hf_template"),
+            row_specialization=str(trainer.get("row_specialization") or "dynamic"),
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["grpo"] = dict(vars(self.grpo))
         return out
+
+
+def _fp32_lm_head(model: torch.nn.Module) -> None:
+    """Run the model's LM head (final norm + vocabulary projection) in float32.
+
+    Under bf16 autocast the projection would otherwise produce bf16 logits; the logprobs
+    of a large vocabulary lose precision there (the trainer/engine mismatch grows).
+    """
+    head = getattr(model, "lm_head", None)
+    if head is None:
+        raise ValueError("trainer.fp32_lm_head: the model has no lm_head")
+    inner = head.forward
+
+    def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(x.device.type, enabled=False):
+            return inner(x.float(), *args, **kwargs)
+
+    head.forward = forward
+
+
+def _min_lr_ratio(opt: dict[str, Any]) -> float:
+    """``optimizer.min_lr`` as a fraction of the peak LR (the schedules' floor)."""
+    lr = float(opt.get("lr", 1e-6))
+    min_lr = float(opt.get("min_lr", 0.0) or 0.0)
+    if min_lr > lr:
+        raise ValueError(f"optimizer.min_lr ({min_lr:g}) exceeds optimizer.lr ({lr:g})")
+    return min_lr / lr if lr > 0 else 0.0
 
 
 def _token_logprobs(
@@ -158,6 +190,12 @@ class Trainer:
             hf_template=cfg.hf_template,
         )
         self.model = self.loaded.model
+        if cfg.row_specialization != "dynamic":
+            raise ValueError(
+                f"trainer.row_specialization = {cfg.row_specialization!r} is not implemented"
+            )
+        if cfg.fp32_lm_head:
+            _fp32_lm_head(self.model)
         self._configure_router_losses()
         self.ref_model: torch.nn.Module | None = None
         if cfg.grpo.kl_coef > 0:

@@ -1,0 +1,329 @@
+"""The consumption registry: for every spec field, what makes it take effect.
+
+"What compiles, runs as compiled" is only true if every accepted field is read by
+something. Each spec field path (``section.key``; ``[]`` for array-of-table entries, ``*``
+for map entries) maps to one or more uses:
+
+* ``runtime:MODULE:QUALNAME`` - runtime code that reads the value;
+* ``argv:MODULE:QUALNAME`` / ``beaker:MODULE:QUALNAME`` - compiler code that writes it into
+  the engine command lines or the Beaker specs the runtime/Beaker then carry out;
+* ``template:PATH`` - a template file that writes it into an emitted artifact;
+* ``compile:REASON`` - the value only steers compilation (checks, derivations, the plan);
+* ``rule:RULE-ID`` - values the runtime does not honour yet are rejected by this rule
+  (always next to a consumer of the values that are honoured);
+* ``owner:REASON`` - consumed by code another change lands at the same time; every value
+  but the derived default is rejected meanwhile (the reason names where).
+
+``tests/unit/test_consumers.py`` walks the spec models and fails on any field without an
+entry, on entries for fields that do not exist, on a consumer that does not exist or does
+not mention the key, and on a rule id that is not defined. The compiler never imports the
+runtime: these are plain strings, resolved only by the test and by ``rlc explain``.
+"""
+
+from __future__ import annotations
+
+_CFG = "runtime:runtime.config:from_manifest"
+_TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
+_DRIVER = "runtime:runtime.rollout.driver:train"
+_ENGINE_ARGV = "argv:compiler.argv:engine_argv"
+_BEAKER = "beaker:compiler.emit.beaker:_common"
+_RENDER = "beaker:compiler.emit.beaker:render_beaker"
+_EVAL_JOB = "beaker:compiler.emit.beaker:render_beaker"
+
+CONSUMERS: dict[str, tuple[str, ...]] = {
+    # top level
+    "schema_version": ("compile:selects the spec schema the document is bound against",),
+    "name": ("runtime:runtime.config:from_manifest", _BEAKER),
+    "recipe": ("compile:a named recipe layered under the spec's own values at resolve time",),
+    "description": ("compile:free text kept in the manifest for people",),
+    # [model]
+    "model.source": (_TRAINER, _ENGINE_ARGV),
+    "model.format": ("runtime:runtime.prepare:main", "beaker:compiler.emit.beaker:_needs_preparation"),
+    "model.hf_template": ("runtime:runtime.prepare:main", _TRAINER),
+    "model.architecture": (_TRAINER, _ENGINE_ARGV),
+    "model.dtype": (
+        _ENGINE_ARGV,
+        "runtime:runtime.publication.tensor:TensorPublisher._engine_dtype",
+    ),
+    "model.num_params": ("compile:sizes the plan's memory-fit estimate",),
+    # [data]
+    "data.tasks": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.tasks.[].task": ("runtime:runtime.data.tasks:load_task",),
+    "data.tasks.[].path": ("runtime:runtime.data.tasks:load_gsm8k",),
+    "data.tasks.[].train_count": ("runtime:runtime.data.tasks:_split_rows",),
+    "data.tasks.[].eval_count": ("runtime:runtime.data.tasks:_split_rows",),
+    "data.tasks.[].prompt_wrapper": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.tasks.[].weight": ("runtime:runtime.data.sampler:PromptSampler.__init__",),
+    "data.tasks.[].digits": ("runtime:runtime.data.tasks:load_multiplication",),
+    "data.tasks.[].allow_subtraction": ("runtime:runtime.data.tasks:load_arithmetic",),
+    "data.prompt_data": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.reward_config": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.manifest": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.eval": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
+    "data.eval.[].name": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
+    "data.eval.[].path": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
+    "data.seed": ("runtime:runtime.data.manifest:load_prompts", _CFG),
+    "data.shuffle": ("runtime:runtime.rollout.driver:_make_data",),
+    "data.prompt_wrapper": ("runtime:runtime.data.manifest:load_prompts",),
+    # [output]
+    "output.root": ("runtime:runtime.config:_paths",),
+    "output.export_hf": (_DRIVER,),
+    "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
+    # [launch]: the Beaker experiment
+    "launch.workspace": ("runtime:runtime.launch.beaker:launch",),
+    "launch.budget": (_BEAKER,),
+    "launch.cluster": (_BEAKER,),
+    "launch.priority": (_BEAKER,),
+    "launch.min_runtime": (_BEAKER,),
+    "launch.timeout": (_BEAKER,),
+    "launch.auto_resume": (_BEAKER,),
+    "launch.max_retries": (_RENDER,),
+    "launch.gpus_per_replica": ("beaker:compiler.emit.beaker:_gpus_per_replica",),
+    "launch.gpu_memory_gib": (
+        "compile:the per-GPU memory the plan's fit estimate budgets against",
+    ),
+    "launch.shared_memory": (_RENDER,),
+    "launch.weka_mounts": (_BEAKER,),
+    "launch.weka_mounts.[].weka": ("template:templates/beaker/train.yaml.j2",),
+    "launch.weka_mounts.[].mount_path": (_BEAKER,),
+    "launch.env": ("beaker:compiler.emit.beaker:_env_vars",),
+    "launch.secrets": ("beaker:compiler.emit.beaker:_env_vars",),
+    "launch.image": ("beaker:compiler.emit.beaker:_image",),
+    "launch.coordination.startup_timeout": (_RENDER,),
+    "launch.coordination.heartbeat_timeout": ("rule:heartbeat-timeout-unused",),
+    # [training]
+    "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run", _TRAINER),
+    "training.algorithm": ("runtime:runtime.config:_check_honoured", "rule:training-algorithm-opd"),
+    "training.eval_interval": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "training.skip_eval_before_train": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "training.save_checkpoints": ("runtime:runtime.rollout.driver:_checkpointing",),
+    "training.filter_zero_std_groups": (_DRIVER,),
+    "training.max_refill_rounds": ("runtime:runtime.rollout.collect:Collector.collect",),
+    "training.max_run_seconds": ("runtime:runtime.rollout.loop:GRPOLoop._out_of_time",),
+    # [trainer]
+    "trainer.nodes": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
+    "trainer.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
+    "trainer.cpu_processes": (
+        "compile:sizes the CPU trainer world in the placement plan the runtime executes",
+    ),
+    "trainer.device": (_TRAINER,),
+    "trainer.expert_parallel": (_TRAINER,),
+    "trainer.tensor_parallel": ("rule:trainer-parallelism",),
+    "trainer.pipeline_parallel": ("rule:trainer-parallelism",),
+    "trainer.context_parallel": ("rule:trainer-parallelism",),
+    "trainer.micro_batch_size": ("rule:trainer-micro-batch",),
+    "trainer.dynamic_batching": ("rule:trainer-dynamic-batching",),
+    "trainer.activation_recompute": (_TRAINER,),
+    "trainer.attention_backend": (
+        "owner:the attention kernels read it (GPU performance work); until then the trainer "
+        "runs torch SDPA with document masks, which is the derived CPU value",
+    ),
+    "trainer.sequence_packing": (_TRAINER,),
+    "trainer.packing_max_tokens": (_TRAINER,),
+    "trainer.row_specialization": (_TRAINER, "rule:row-specialization-static"),
+    "trainer.fp32_lm_head": (_TRAINER,),
+    "trainer.router_aux_loss_coef": (_TRAINER,),
+    "trainer.router_z_loss_coef": (_TRAINER,),
+    "trainer.router_aux_loss_reduction": (_TRAINER,),
+    "trainer.router_z_loss_reduction": (_TRAINER,),
+    "trainer.router_replay": (_TRAINER, _ENGINE_ARGV),
+    # [inference]
+    "inference.engine": ("runtime:runtime.execute:engine_command", _ENGINE_ARGV),
+    "inference.placement": ("runtime:runtime.execute:default_engine_argv",),
+    "inference.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
+    "inference.tensor_parallel": (_ENGINE_ARGV,),
+    "inference.num_engines": (
+        "compile:sizes the placement plan the runtime executes (plan.placement)",
+    ),
+    "inference.router": ("runtime:runtime.execute:NodeRunner.start_router",),
+    "inference.router_policy": ("runtime:runtime.engines.router:RouterSettings.from_config",),
+    "inference.router_cache_threshold": (
+        "runtime:runtime.engines.router:RouterSettings.from_config",
+    ),
+    "inference.router_balance_abs_threshold": (
+        "runtime:runtime.engines.router:RouterSettings.from_config",
+    ),
+    "inference.router_balance_rel_threshold": (
+        "runtime:runtime.engines.router:RouterSettings.from_config",
+    ),
+    "inference.prompts_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._sync_collection",),
+    "inference.samples_per_prompt": ("runtime:runtime.rollout.collect:Collector._one_group",),
+    "inference.global_batch_size": (
+        "compile:derives optimizer.steps_per_collection, which the loop reads",
+    ),
+    "inference.max_context_length": (_ENGINE_ARGV, _TRAINER),
+    "inference.max_response_length": ("runtime:runtime.rollout.driver:_sampling_params",),
+    "inference.max_prompt_length": ("runtime:runtime.data.manifest:prepare_data",),
+    "inference.temperature": ("runtime:runtime.rollout.driver:_sampling_params",),
+    "inference.top_p": ("runtime:runtime.rollout.driver:_sampling_params",),
+    "inference.top_k": ("runtime:runtime.rollout.driver:_sampling_params",),
+    "inference.max_running_requests": (
+        _ENGINE_ARGV,
+        "runtime:runtime.rollout.driver:rollout_concurrency",
+    ),
+    "inference.server_concurrency": ("runtime:runtime.rollout.driver:rollout_concurrency",),
+    "inference.max_total_tokens": (_ENGINE_ARGV,),
+    "inference.mem_fraction_static": (_ENGINE_ARGV,),
+    "inference.radix_cache": (_ENGINE_ARGV,),
+    "inference.max_mamba_cache_size": (_ENGINE_ARGV,),
+    "inference.cuda_graph_decode": (_ENGINE_ARGV,),
+    "inference.cuda_graph_max_bs": (_ENGINE_ARGV,),
+    "inference.chunked_prefill_size": (_ENGINE_ARGV,),
+    "inference.seed": (_ENGINE_ARGV,),
+    # [optimizer]
+    "optimizer.lr": (_TRAINER,),
+    "optimizer.schedule": (_TRAINER,),
+    "optimizer.warmup_steps": (_TRAINER,),
+    "optimizer.min_lr": ("runtime:runtime.trainer.trainer:_min_lr_ratio",),
+    "optimizer.weight_decay": (_TRAINER,),
+    "optimizer.adam_beta1": (_TRAINER,),
+    "optimizer.adam_beta2": (_TRAINER,),
+    "optimizer.adam_eps": (_TRAINER,),
+    "optimizer.clip_grad": (_TRAINER,),
+    "optimizer.eps_clip": (_TRAINER,),
+    "optimizer.eps_clip_high": (_TRAINER,),
+    "optimizer.kl_coef": (_TRAINER,),
+    "optimizer.kl_estimator": (_TRAINER,),
+    "optimizer.entropy_coef": (_TRAINER,),
+    "optimizer.normalize_std": ("runtime:runtime.rollout.collect:Collector.collect",),
+    "optimizer.use_rollout_logprobs": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
+    "optimizer.steps_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._train", _TRAINER),
+    "optimizer.scoring_pass": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
+    "optimizer.scoring_check_interval": (
+        "runtime:runtime.rollout.loop:GRPOLoop._scoring_check_due",
+    ),
+    "optimizer.scoring_check_tolerance": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
+    # [async]
+    "async.enabled": ("runtime:runtime.rollout.loop:GRPOLoop.run", _TRAINER),
+    "async.max_policy_lag": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
+    "async.off_policy_correction": (_TRAINER,),
+    "async.tis_clip": (_TRAINER,),
+    "async.buffer_factor": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
+    "async.producer_budget": ("runtime:runtime.rollout.driver:rollout_concurrency",),
+    "async.unused_sample_handler": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
+    "async.submission_granularity": (
+        "runtime:runtime.config:_check_honoured",
+        "rule:submission-granularity-sample",
+    ),
+    "async.publication_mode": (
+        "runtime:runtime.config:_check_honoured",
+        "rule:publication-mode-unsupported",
+    ),
+    # [checkpoint]
+    "checkpoint.interval": ("runtime:runtime.rollout.driver:_manager",),
+    "checkpoint.keep_last": ("runtime:runtime.checkpoints.manager:CheckpointManager.prune",),
+    "checkpoint.keep_every": ("runtime:runtime.checkpoints.manager:CheckpointManager.prune",),
+    "checkpoint.resume": (_DRIVER,),
+    "checkpoint.export_hf_final": (_DRIVER,),
+    # [rewards]
+    "rewards.failure_policy": ("runtime:runtime.rollout.collect:Collector.score",),
+    "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
+    "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
+    "rewards.code.endpoint": (
+        "owner:the code executor change (sandbox) reads it; until then only the default "
+        "(the executor shipped with the runtime) is accepted",
+        "rule:code-executor-settings",
+    ),
+    "rewards.code.time_limit_s": (
+        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
+        "rule:code-executor-settings",
+    ),
+    "rewards.code.memory_limit_mb": (
+        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
+        "rule:code-executor-settings",
+    ),
+    "rewards.code.max_processes": (
+        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
+        "rule:code-executor-settings",
+    ),
+    "rewards.code.network": (
+        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
+        "rule:code-executor-settings",
+    ),
+    "rewards.code.concurrency": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
+    "rewards.ifeval.strict": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
+    "rewards.ifeval.aggregate": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
+    "rewards.length_penalty.enabled": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    "rewards.length_penalty.target_tokens": (
+        "runtime:runtime.rollout.shaping:Shaping.from_config",
+    ),
+    "rewards.length_penalty.coef": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    # [judges.NAME] (managed | external), [rubrics.NAME], [judging.bindings.VERIFIER]
+    "judges": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.mode": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.model": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.max_context_length": ("compile:checked against the rubric's response budget",),
+    "judges.*.max_concurrent_calls": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.timeout": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.endpoint": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.gpus": ("compile:places the managed judge on GPUs (plan.placement.judges)",),
+    "judges.*.revision": ("rule:managed-judge-not-started",),
+    "judges.*.prepared_dir": ("rule:managed-judge-not-started",),
+    "judges.*.chat_template": ("rule:managed-judge-not-started",),
+    "judges.*.context_extension": ("rule:managed-judge-not-started",),
+    "rubrics": ("runtime:runtime.config:_judge_bindings",),
+    "rubrics.*.profile": ("runtime:runtime.config:_judge_bindings",),
+    "rubrics.*.max_response_tokens": ("runtime:runtime.config:_judge_bindings",),
+    "rubrics.*.temperature": ("runtime:runtime.config:_judge_bindings",),
+    "judging.bindings": ("runtime:runtime.config:_judge_bindings",),
+    "judging.bindings.*.judge": ("runtime:runtime.config:_judge_bindings",),
+    "judging.bindings.*.rubric": ("runtime:runtime.config:_judge_bindings",),
+    # [evaluation]
+    "evaluation.mode": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "evaluation.temperature": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "evaluation.samples_per_prompt": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "evaluation.max_response_length": ("runtime:runtime.rollout.driver:_make_evaluator",),
+    "evaluation.interval": ("runtime:runtime.launch.evaluator:BackgroundEvaluator.__init__",),
+    "evaluation.initial": ("runtime:runtime.launch.evaluator:BackgroundEvaluator.due",),
+    "evaluation.final": ("runtime:runtime.launch.evaluator:BackgroundEvaluator.due",),
+    "evaluation.image": (_EVAL_JOB,),
+    "evaluation.revision": ("rule:evaluation-revision-unused",),
+    "evaluation.gpus": (_EVAL_JOB,),
+    "evaluation.cluster": (_EVAL_JOB,),
+    "evaluation.workspace": ("runtime:runtime.launch.evaluator:BeakerSubmitter.submit",),
+    "evaluation.budget": (_EVAL_JOB,),
+    "evaluation.submit_timeout": ("runtime:runtime.config:_evaluation",),
+    "evaluation.timeout": (_EVAL_JOB,),
+    "evaluation.server_args": ("runtime:runtime.evaluate:_start_engine",),
+    "evaluation.tasks": ("runtime:runtime.config:_evaluation",),
+    "evaluation.tasks.[].task": ("runtime:runtime.data.eval_tasks:load_eval_task",),
+    "evaluation.tasks.[].interval": ("runtime:runtime.evaluate:due_tasks",),
+    "evaluation.tasks.[].generation": ("runtime:runtime.evaluate:evaluate",),
+    "evaluation.tasks.[].scoring": ("runtime:runtime.evaluate:due_tasks",),
+    # [tracking]
+    "tracking.metrics_path": (
+        "compile:derives paths.metrics, the file the runtime writes (runtime.config._paths)",
+    ),
+    "tracking.wandb_mode": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.wandb_project": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.wandb_team": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.wandb_group": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.wandb_run_name": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.log_interval": ("runtime:runtime.tracking:WandbSink.from_config",),
+    # [compiler_cache]
+    "compiler_cache.enabled": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
+    "compiler_cache.shared_root": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
+    "compiler_cache.restore": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
+    "compiler_cache.max_storage_bytes": (
+        "runtime:runtime.compiler_cache:CompilerCache.from_config",
+    ),
+    "compiler_cache.publish_interval_seconds": (
+        "runtime:runtime.compiler_cache:CompilerCache.from_config",
+    ),
+    # [runtime]
+    "runtime.health_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_config",),
+    "runtime.generate_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_config",),
+    "runtime.http_retries": ("runtime:runtime.engines.client:ClientSettings.from_config",),
+    "runtime.retry_backoff_s": ("runtime:runtime.engines.client:ClientSettings.from_config",),
+    "runtime.group_retries": ("runtime:runtime.engines.client:ClientSettings.from_config",),
+    "runtime.startup_timeout_s": ("runtime:runtime.execute:NodeRunner.start_engines",),
+    "runtime.publish_timeout_s": (_DRIVER,),
+    "runtime.publication_transport": (_DRIVER,),
+    "runtime.weight_audit": (_DRIVER,),
+    "runtime.max_logprob_mismatch": ("runtime:runtime.rollout.loop:GRPOLoop._limit_mismatch",),
+    "runtime.seed": (_CFG,),
+    # [native.*]
+    "native.sglang": ("argv:compiler.argv:native_sglang_argv",),
+    "native.olmo_core": ("compile:checked against the pinned OLMo-core option table",),
+}

@@ -1,0 +1,188 @@
+"""Compiler caches (``[compiler_cache]``): private Triton / Inductor caches per process,
+seeded from shared immutable generations and published back, best effort.
+
+Why: Triton and Inductor compile kernels on first use (minutes for a large model); a
+shared, writable cache directory on network storage is a known source of torn files. So
+each process compiles into its own local directory (``TRITON_CACHE_DIR``,
+``TORCHINDUCTOR_CACHE_DIR``), seeded at start from the newest complete generation under
+``shared_root``; after warm-up the node copies what its processes compiled into a new
+generation directory, written under a temporary name and renamed into place (atomic on
+one filesystem), never modified afterwards. Publication is bounded by
+``max_storage_bytes`` and ``publish_interval_seconds`` and never fails the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+GENERATIONS = "generations"
+COMPLETE = "COMPLETE"
+ENV_VARS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _signature(root: Path) -> tuple[tuple[str, int], ...]:
+    return tuple(
+        sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*") if p.is_file())
+    )
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    enabled: bool = True
+    shared_root: Path | None = None
+    restore: bool = True
+    max_storage_bytes: int = 8 * 1024**3
+    publish_interval_seconds: float = 600.0
+
+    @classmethod
+    def from_config(cls, cc: Mapping[str, Any]) -> CompilerCache:
+        """From the manifest's ``config.compiler_cache`` table."""
+        root = cc.get("shared_root")
+        return cls(
+            enabled=bool(cc.get("enabled", True)),
+            shared_root=None if not root else Path(str(root)),
+            restore=bool(cc.get("restore", True)),
+            max_storage_bytes=int(cc.get("max_storage_bytes", 8 * 1024**3)),
+            publish_interval_seconds=float(cc.get("publish_interval_seconds", 600.0)),
+        )
+
+    # ---- generations -------------------------------------------------------------------
+    def newest_generation(self) -> Path | None:
+        """The newest generation that finished publishing (has its COMPLETE marker)."""
+        if self.shared_root is None:
+            return None
+        gens = self.shared_root / GENERATIONS
+        try:
+            done = [g for g in gens.iterdir() if (g / COMPLETE).is_file()]
+        except OSError:
+            return None
+        return max(done, key=lambda g: g.name) if done else None
+
+    def publish(self, private_dirs: list[Path]) -> Path | None:
+        """Copy the private caches into a new immutable generation; None when skipped.
+
+        Best effort: nothing to publish, over the byte budget, or any I/O error skips
+        (and logs) rather than failing the run.
+        """
+        if self.shared_root is None:
+            return None
+        sources = [d for d in private_dirs if d.is_dir() and any(d.rglob("*"))]
+        if not sources:
+            return None
+        size = sum(tree_bytes(d) for d in sources)
+        if size > self.max_storage_bytes:
+            log.warning(
+                "compiler cache: %d bytes exceed compiler_cache.max_storage_bytes=%d; not "
+                "published",
+                size,
+                self.max_storage_bytes,
+            )
+            return None
+        gens = self.shared_root / GENERATIONS
+        name = f"gen-{time.time_ns():020d}-{socket.gethostname()}-{os.getpid()}"
+        tmp = self.shared_root / f".tmp-{uuid.uuid4().hex}"
+        try:
+            gens.mkdir(parents=True, exist_ok=True)
+            for d in sources:
+                shutil.copytree(d, tmp, dirs_exist_ok=True)
+            (tmp / COMPLETE).write_text(f"{size}\n")
+            final = gens / name
+            os.rename(tmp, final)
+            return final
+        except OSError as exc:
+            log.warning("compiler cache: publication to %s failed: %s", self.shared_root, exc)
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+
+
+class CacheSession:
+    """One node's private caches: a seed restored once, a private copy per process."""
+
+    def __init__(self, cache: CompilerCache, base: Path | None = None) -> None:
+        self.cache = cache
+        self.base = base or Path(tempfile.mkdtemp(prefix="rlc-compiler-cache-"))
+        self.seed = self.base / "seed"
+        self.seed.mkdir(parents=True, exist_ok=True)
+        self.restored_from: Path | None = None
+        self.dirs: dict[str, Path] = {}
+        self.published: list[Path] = []
+        self._last_signature: tuple[tuple[str, int], ...] = ()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if cache.enabled and cache.restore:
+            gen = cache.newest_generation()
+            if gen is not None:
+                shutil.copytree(gen, self.seed, dirs_exist_ok=True, ignore=_ignore_marker)
+                self.restored_from = gen
+                self._last_signature = _signature(self.seed)
+
+    def env_for(self, role: str) -> dict[str, str]:
+        """Cache variables for one process (its own directory, seeded); empty when off."""
+        if not self.cache.enabled:
+            return {}
+        private = self.dirs.get(role)
+        if private is None:
+            private = self.base / "proc" / role.replace(":", "-")
+            shutil.copytree(self.seed, private, dirs_exist_ok=True)
+            self.dirs[role] = private
+        return {var: str(private / sub) for var, sub in ENV_VARS.items()}
+
+    def publish_now(self) -> Path | None:
+        """Publish when the private caches changed since the last generation."""
+        if not self.cache.enabled or self.cache.shared_root is None:
+            return None
+        merged = self.base / "merged"
+        shutil.rmtree(merged, ignore_errors=True)
+        for d in self.dirs.values():
+            if d.is_dir():
+                shutil.copytree(d, merged, dirs_exist_ok=True)
+        if not merged.is_dir():
+            return None
+        sig = _signature(merged)
+        if sig == self._last_signature:
+            return None
+        out = self.cache.publish([merged])
+        if out is not None:
+            self._last_signature = sig
+            self.published.append(out)
+        return out
+
+    def start_publisher(self) -> None:
+        """Publish every ``publish_interval_seconds`` from a background thread."""
+        if not self.cache.enabled or self.cache.shared_root is None or self._thread:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.cache.publish_interval_seconds):
+                self.publish_now()
+
+        self._thread = threading.Thread(target=loop, name="compiler-cache", daemon=True)
+        self._thread.start()
+
+    def close(self, publish: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        if publish:
+            self.publish_now()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _ignore_marker(_dir: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == COMPLETE]
