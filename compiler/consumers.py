@@ -38,7 +38,10 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "description": ("compile:free text kept in the manifest for people",),
     # [model]
     "model.source": (_TRAINER, _ENGINE_ARGV),
-    "model.format": ("runtime:runtime.prepare:main", "beaker:compiler.emit.beaker:_needs_preparation"),
+    "model.format": (
+        "runtime:runtime.prepare:main",
+        "beaker:compiler.emit.beaker:_needs_preparation",
+    ),
     "model.hf_template": ("runtime:runtime.prepare:main", _TRAINER),
     "model.architecture": (_TRAINER, _ENGINE_ARGV),
     "model.dtype": (

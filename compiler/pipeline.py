@@ -268,6 +268,61 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
     stage("native")
     result.diagnostics.extend(check(resolved, result))
     stage("rules")
+    if not result.errors:
+        result.diagnostics.extend(_artifact_checks(result, resolved))
+        stage("artifacts")
+
+
+# Spec fields behind the Beaker spec's keys (a Beaker-model message names the latter).
+_BEAKER_FIELDS = (
+    ("launch.coordination.startup_timeout", "synchronizedStartTimeout"),
+    ("launch.min_runtime", "minRuntime"),
+    ("launch.timeout", "timeout"),
+    ("launch.shared_memory", "sharedMemory"),
+    ("launch.priority", "priority"),
+    ("launch.cluster", "cluster"),
+    ("launch.image", "image"),
+    ("launch.budget", "budget"),
+    ("launch.env", "envVars"),
+    ("launch.secrets", "secret"),
+    ("launch.weka_mounts", "mountPath"),
+    ("launch.gpus_per_replica", "gpuCount"),
+)
+
+
+def _artifact_checks(result: CompileResult, resolved: Any) -> list[Diagnostic]:
+    """Render the Beaker specs in memory so validate catches what compile would emit.
+
+    A Beaker-level refusal becomes a diagnostic at the spec field it names (else at
+    ``[launch]``), never an internal error after the manifest was written.
+    """
+    from compiler.emit.beaker import render_beaker
+    from compiler.manifest import manifest_bytes
+
+    try:
+        manifest = result.manifest()
+        render_beaker(manifest, manifest_bytes(dict(manifest)).decode("utf-8"))
+    except (DiagnosticError, ValueError) as exc:  # the Beaker model's refusal
+        if isinstance(exc, DiagnosticError):
+            message = [d.message for d in exc.diagnostics]
+        else:
+            message = str(exc).strip().splitlines()
+        view = ResolvedView(resolved)
+        where = "launch"
+        for path, key in _BEAKER_FIELDS:
+            if any(key in m for m in message):
+                where = path
+                break
+        return [
+            Diagnostic(
+                "error",
+                "beaker-spec",
+                "the Beaker spec for this run would be refused: " + " ".join(message[:3]),
+                span=view.span(where),
+                help=(f"check {where}",),
+            )
+        ]
+    return []
 
 
 def _native_checks(resolved: Any, bound: Any) -> list[Diagnostic]:

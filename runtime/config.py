@@ -482,7 +482,7 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
     )
     if not data_cfg.tasks and not (data.get("manifest") or data.get("prompt_data")):
         raise ConfigError(
-            "config.data selects no prompts (tasks, prompt_data or manifest); nothing to train on"
+            "config.data selects no prompts (data.tasks, data.prompt_data or data.manifest)"
         )
     _check_honoured(config)
 

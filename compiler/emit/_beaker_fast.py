@@ -599,7 +599,7 @@ _C11 = {
     ("str", "urgent"): "urgent",
     ("str", "immediate"): "immediate",
 }
-_C12 = _re.compile("^((\\d+(\\.\\d+)?)(ns|us|µs|ms|s|m|h|d))+$")
+_C12 = _re.compile("^((\\d+(\\.\\d+)?)(ns|us|µs|ms|s|m|h))+$")
 _C13 = frozenset(["autoResume", "cluster", "minRuntime", "preemptible", "priority"])
 _C14 = frozenset(["cluster", "hostname"])
 _C15 = frozenset(
@@ -626,7 +626,7 @@ _C15 = frozenset(
 _C16 = frozenset(["allowedTaskRetries"])
 _C17 = frozenset(["budget", "description", "groups", "retry", "tasks", "version"])
 _ROOT = _v56
-SOURCES = "3b77ce640f5d19c3024dfed51b5969a89757fb262aa4d056dda6525de969f73c"
+SOURCES = "edac40c6917a9bb1ef2d33df2124521e92317fe353bc3d59708e6cb5257480fc"
 PYDANTIC = "2.14.4"
 
 

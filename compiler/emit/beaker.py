@@ -20,6 +20,7 @@ import jinja2
 import yaml
 
 from compiler import __version__
+from compiler.emit.beaker_checks import go_duration
 from compiler.resources import templates_dir
 
 MANIFEST_PATH = "/rlc/manifest.json"
@@ -139,8 +140,8 @@ def _gpus_per_replica(manifest: Mapping[str, Any]) -> int:
 def _common(manifest: Mapping[str, Any]) -> dict[str, Any]:
     launch = manifest["config"].get("launch", {})
     mounts = launch.get("weka_mounts") or []
-    min_runtime = launch.get("min_runtime") or ""
-    timeout = launch.get("timeout") or ""
+    min_runtime = go_duration(str(launch.get("min_runtime") or ""))
+    timeout = go_duration(str(launch.get("timeout") or ""))
     return {
         "name": manifest["name"],
         "digest": manifest["digest"],
@@ -156,6 +157,13 @@ def _common(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "auto_resume": bool(launch.get("auto_resume", False)),
         "env_vars": _env_vars(launch, manifest["digest"]),
     }
+
+
+def _eval_timeout(evaluation: Mapping[str, Any], default: str) -> str:
+    value = go_duration(str(evaluation.get("timeout") or ""))
+    if value == "0s":
+        return ""
+    return value or default
 
 
 def _needs_preparation(config: Mapping[str, Any]) -> bool:
@@ -218,7 +226,7 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
                 "cluster": evaluation.get("cluster") or common["cluster"],
                 "budget": evaluation.get("budget") or common["budget"],
                 "image": evaluation.get("image") or common["image"],
-                "timeout": evaluation.get("timeout") or common["timeout"],
+                "timeout": _eval_timeout(evaluation, common["timeout"]),
             },
             description=f"rlc {manifest['name']} background evaluation update __RLC_EVAL_UPDATE__",
             script=_script(

@@ -26,7 +26,10 @@ _UNIT_SECONDS = {
     "h": 3600.0,
     "d": 86400.0,
 }
-DURATION_PATTERN = r"^((\d+(\.\d+)?)(ns|us|µs|ms|s|m|h|d))+$"
+# Beaker (beaker-py) takes Go durations: no "d" unit. Specs may say "2d"; `go_duration`
+# rewrites it before emission, and the Beaker model refuses anything else.
+DURATION_PATTERN = r"^((\d+(\.\d+)?)(ns|us|µs|ms|s|m|h))+$"
+_SPEC_DURATION = r"^((\d+(\.\d+)?)(ns|us|µs|ms|s|m|h|d))+$"
 SIZE_PATTERN = r"^\d+(\.\d+)?\s*([KMGTP]i?B?|[kmgtp]i?b?|B|b)?$"
 
 
@@ -40,6 +43,26 @@ def duration_seconds(value: str | int) -> float:
     if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(f"{value!r} is not a duration such as '30m', '6h' or '1h30m'")
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def go_duration(value: str) -> str:
+    """A spec duration in the Go form Beaker accepts: ``"2d"`` -> ``"48h"``, ``"0"`` -> ``"0s"``.
+
+    Values without a day unit are returned unchanged.
+    """
+    text = value.strip()
+    if text == "0":
+        return "0s"
+    if "d" not in text or not re.fullmatch(_SPEC_DURATION, text):
+        return text
+    total = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+    hours, rest = divmod(total, 3600.0)
+    minutes, seconds = divmod(rest, 60.0)
+    out = f"{int(hours)}h" if hours else ""
+    out += f"{int(minutes)}m" if minutes else ""
+    if seconds:
+        out += f"{seconds:g}s"
+    return out or "0s"
 
 
 def camel(name: str) -> str:

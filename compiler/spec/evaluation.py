@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from compiler.spec._base import Section, fld
+from compiler.spec.launch import Duration
 
 
 class EvalTask(Section):
@@ -63,6 +64,6 @@ class EvaluationSection(Section):
     )
     budget: str | None = fld(None, description="background: budget", derived="launch.budget")
     submit_timeout: int = fld(30, description="background: seconds for one submission", ge=1)
-    timeout: str = fld("3h", description="background: evaluator task timeout")
+    timeout: Duration = fld("3h", description="background: evaluator task timeout (e.g. 3h, 2d)")
     server_args: list[str] = Field(default=[], description="background: extra SGLang args")
     tasks: list[EvalTask] = Field(default=[], description="background: evaluation tasks")

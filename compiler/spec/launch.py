@@ -41,8 +41,12 @@ class LaunchSection(Section):
     priority: Literal["low", "normal", "high", "urgent"] = fld(
         "normal", description="Beaker job priority"
     )
-    min_runtime: Duration = fld("0s", description="Beaker protected minimum runtime (e.g. 1h)")
-    timeout: Duration = fld("3h", description="Beaker task timeout (0 = none)")
+    min_runtime: Duration = fld(
+        "0s", description="Beaker protected minimum runtime (e.g. 1h; days are emitted as hours)"
+    )
+    timeout: Duration = fld(
+        "3h", description="Beaker task timeout (0 = none; e.g. 2d is emitted as 48h)"
+    )
     auto_resume: bool = fld(
         True, description="let Beaker restart the job; it resumes from the newest checkpoint"
     )

@@ -271,21 +271,21 @@ def _make_generator(
 
 
 def rollout_concurrency(cfg: RunConfig) -> int:
-    """Prompt groups generated at once (one request of ``samples_per_prompt`` each).
+    """Prompt groups generated at once.
 
-    Bounded by the client's HTTP slots, ``min(server_concurrency, max_running_requests)``
-    requests per engine, and with async by ``async.producer_budget`` samples in flight;
-    never more than one collection (sync) and at least one group.
+    A group is ONE HTTP request (``n = samples_per_prompt``), so it takes one of the
+    client's HTTP slots: ``min(server_concurrency, max_running_requests)`` per engine. With
+    async, ``async.producer_budget`` (samples in flight) bounds it to whole groups too.
+    Never more than one collection's prompts, at least one group.
     """
     inf = cfg.inference
-    S = inf.samples_per_prompt
     server_concurrency = int(inf.raw.get("server_concurrency") or inf.max_running_requests)
     slots = min(server_concurrency, inf.max_running_requests) * len(cfg.placement.engines)
-    groups = min(inf.prompts_per_collection, max(1, slots // S))
+    groups = min(inf.prompts_per_collection, slots)
     if cfg.async_.enabled:
         producer_budget = (cfg.config.get("async") or {}).get("producer_budget")
         if producer_budget:
-            groups = min(max(1, int(producer_budget) // S), max(1, slots // S))
+            groups = min(max(1, int(producer_budget) // inf.samples_per_prompt), slots)
     return max(1, groups)
 
 

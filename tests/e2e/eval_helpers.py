@@ -59,7 +59,6 @@ mode = "background"
 interval = 2
 max_response_length = 4
 image = "01HZZZZZZZZZZZZZZZZZZZZZZZ"
-revision = "0123456789abcdef0123456789abcdef01234567"
 
 [[evaluation.tasks]]
 task = "gsm8k::tulu"

@@ -22,7 +22,7 @@ MANAGED = (
 )
 EVAL_BG = (
     '[evaluation]\nmode = "background"\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\n'
-    'revision = "' + "b" * 40 + '"\n[[evaluation.tasks]]\ntask = "gsm8k"\n'
+    '[[evaluation.tasks]]\ntask = "gsm8k"\n'
 )
 TASKS_EVAL = '[[data.tasks]]\ntask = "arithmetic"\neval_count = 8\n'
 ASYNC = "[async]\nenabled = true\n"
@@ -568,9 +568,50 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "background-eval-tasks",
-        '[evaluation]\nmode = "background"  # <-\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\nrevision = "'
-        + "b" * 40
-        + '"\n',
+        '[evaluation]\nmode = "background"  # <-\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\n',
+        EVAL_BG,
+    ),
+    # the contract: values the runtime does not honour yet
+    (
+        "training-algorithm-opd",
+        '[training]\nalgorithm = "opd"  # <-\n',
+        '[training]\nalgorithm = "grpo"\n',
+    ),
+    (
+        "publication-mode-unsupported",
+        ASYNC + 'publication_mode = "refresh"  # <-\n',
+        ASYNC + 'publication_mode = "barrier"\n',
+    ),
+    (
+        "submission-granularity-sample",
+        ASYNC + 'submission_granularity = "sample"  # <-\n',
+        ASYNC + 'submission_granularity = "group"\n',
+    ),
+    (
+        "row-specialization-static",
+        '[trainer]\nrow_specialization = "static"  # <-\n',
+        '[trainer]\nrow_specialization = "dynamic"\n',
+    ),
+    (
+        "code-executor-settings",
+        "[rewards.code]\ntime_limit_s = 3.0  # <-\n",
+        "[rewards.code]\nconcurrency = 2\n",
+    ),
+    (
+        "managed-judge-not-started",
+        GPU + MANAGED + "gpus = 1  # <-\n" + RUBRIC + BIND,
+        GPU + JUDGE_EXT + RUBRIC + BIND,
+    ),
+    (
+        "heartbeat-timeout-unused",
+        "[launch.coordination]\nheartbeat_timeout = 60  # <-\n",
+        "[launch.coordination]\nstartup_timeout = 600\n",
+    ),
+    (
+        "evaluation-revision-unused",
+        EVAL_BG.replace(
+            "[[evaluation.tasks]]", 'revision = "' + "b" * 40 + '"  # <-\n[[evaluation.tasks]]'
+        ),
         EVAL_BG,
     ),
     ("background-eval-shared-settings", "[training]\neval_interval = 5  # <-\n" + EVAL_BG, EVAL_BG),
