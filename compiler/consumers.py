@@ -42,7 +42,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "runtime:runtime.prepare:main",
         "beaker:compiler.emit.beaker:_needs_preparation",
     ),
-    "model.hf_template": ("runtime:runtime.prepare:main", _TRAINER),
+    "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER),
     "model.architecture": (_TRAINER, _ENGINE_ARGV),
     "model.dtype": (
         _ENGINE_ARGV,
@@ -73,7 +73,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "output.export_hf": (_DRIVER,),
     "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
     # [launch]: the Beaker experiment
-    "launch.workspace": ("runtime:runtime.launch.beaker:launch",),
+    "launch.workspace": ("runtime:runtime.launch.beaker:_submit",),
     "launch.budget": (_BEAKER,),
     "launch.cluster": (_BEAKER,),
     "launch.priority": (_BEAKER,),
@@ -223,27 +223,12 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
     "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
-    "rewards.code.endpoint": (
-        "owner:the code executor change (sandbox) reads it; until then only the default "
-        "(the executor shipped with the runtime) is accepted",
-        "rule:code-executor-settings",
-    ),
-    "rewards.code.time_limit_s": (
-        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
-        "rule:code-executor-settings",
-    ),
-    "rewards.code.memory_limit_mb": (
-        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
-        "rule:code-executor-settings",
-    ),
-    "rewards.code.max_processes": (
-        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
-        "rule:code-executor-settings",
-    ),
-    "rewards.code.network": (
-        "owner:the code executor change (sandbox) reads it; non-default values are rejected",
-        "rule:code-executor-settings",
-    ),
+    "rewards.code.endpoint": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
+    "rewards.code.time_limit_s": ("runtime:runtime.rewards.code:spec_limits",),
+    "rewards.code.memory_limit_mb": ("runtime:runtime.rewards.code:spec_limits",),
+    "rewards.code.max_processes": ("runtime:runtime.rewards.code:spec_limits",),
+    "rewards.code.network": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
+    "rewards.code.allow_unsandboxed": ("runtime:runtime.rewards.code:CodeVerifier.url",),
     "rewards.code.concurrency": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
     "rewards.ifeval.strict": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
     "rewards.ifeval.aggregate": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),

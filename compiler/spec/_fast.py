@@ -529,13 +529,23 @@ def _v36(x):
 
 
 def _v51(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 100000:
+        raise _Reject
+    return x
+
+
+def _v52(x):
     y = _C22.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v52(x):
+def _v53(x):
     if x is None:
         return None
     return _v27(x)
@@ -547,13 +557,13 @@ def _v50(x):
     if not _C23.issuperset(x):
         raise _Reject
     a0 = x.get("num_rollouts", _MISSING)
-    a0 = 100 if a0 is _MISSING else _v16(a0)
+    a0 = 100 if a0 is _MISSING else _v51(a0)
     a1 = x.get("algorithm", _MISSING)
-    a1 = "grpo" if a1 is _MISSING else _v51(a1)
+    a1 = "grpo" if a1 is _MISSING else _v52(a1)
     a2 = x.get("eval_interval", _MISSING)
     a2 = None if a2 is _MISSING else _v17(a2)
     a3 = x.get("skip_eval_before_train", _MISSING)
-    a3 = None if a3 is _MISSING else _v52(a3)
+    a3 = None if a3 is _MISSING else _v53(a3)
     a4 = x.get("save_checkpoints", _MISSING)
     a4 = True if a4 is _MISSING else _v27(a4)
     a5 = x.get("filter_zero_std_groups", _MISSING)
@@ -574,7 +584,17 @@ def _v50(x):
     }
 
 
-def _v54(x):
+def _v55(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 256:
+        raise _Reject
+    return x
+
+
+def _v56(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -584,21 +604,8 @@ def _v54(x):
     return x
 
 
-def _v55(x):
-    y = _C24.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
-    if y is _MISSING:
-        raise _Reject
-    return y
-
-
-def _v56(x):
-    if x is None:
-        return None
-    return _v55(x)
-
-
 def _v57(x):
-    y = _C25.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
+    y = _C24.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
@@ -611,13 +618,62 @@ def _v58(x):
 
 
 def _v59(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 1024:
+        raise _Reject
+    return x
+
+
+def _v60(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 64:
+        raise _Reject
+    return x
+
+
+def _v61(x):
+    y = _C25.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
+    if y is _MISSING:
+        raise _Reject
+    return y
+
+
+def _v62(x):
+    if x is None:
+        return None
+    return _v61(x)
+
+
+def _v63(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 1048576:
+        raise _Reject
+    return x
+
+
+def _v64(x):
+    if x is None:
+        return None
+    return _v63(x)
+
+
+def _v65(x):
     y = _C26.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v60(x):
+def _v66(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -629,58 +685,58 @@ def _v60(x):
     return x
 
 
-def _v61(x):
+def _v67(x):
     y = _C27.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v53(x):
+def _v54(x):
     if type(x) is not dict:
         raise _Reject
     if not _C28.issuperset(x):
         raise _Reject
     a0 = x.get("nodes", _MISSING)
-    a0 = 1 if a0 is _MISSING else _v16(a0)
+    a0 = 1 if a0 is _MISSING else _v55(a0)
     a1 = x.get("gpus", _MISSING)
     a1 = 0 if a1 is _MISSING else _v40(a1)
     a2 = x.get("cpu_processes", _MISSING)
-    a2 = 1 if a2 is _MISSING else _v54(a2)
+    a2 = 1 if a2 is _MISSING else _v56(a2)
     a3 = x.get("device", _MISSING)
-    a3 = None if a3 is _MISSING else _v56(a3)
+    a3 = None if a3 is _MISSING else _v58(a3)
     a4 = x.get("expert_parallel", _MISSING)
-    a4 = 1 if a4 is _MISSING else _v16(a4)
+    a4 = 1 if a4 is _MISSING else _v59(a4)
     a5 = x.get("tensor_parallel", _MISSING)
-    a5 = 1 if a5 is _MISSING else _v16(a5)
+    a5 = 1 if a5 is _MISSING else _v60(a5)
     a6 = x.get("pipeline_parallel", _MISSING)
-    a6 = 1 if a6 is _MISSING else _v16(a6)
+    a6 = 1 if a6 is _MISSING else _v60(a6)
     a7 = x.get("context_parallel", _MISSING)
-    a7 = 1 if a7 is _MISSING else _v16(a7)
+    a7 = 1 if a7 is _MISSING else _v60(a7)
     a8 = x.get("micro_batch_size", _MISSING)
-    a8 = 1 if a8 is _MISSING else _v16(a8)
+    a8 = 1 if a8 is _MISSING else _v59(a8)
     a9 = x.get("dynamic_batching", _MISSING)
     a9 = False if a9 is _MISSING else _v27(a9)
     a10 = x.get("activation_recompute", _MISSING)
     a10 = True if a10 is _MISSING else _v27(a10)
     a11 = x.get("attention_backend", _MISSING)
-    a11 = None if a11 is _MISSING else _v58(a11)
+    a11 = None if a11 is _MISSING else _v62(a11)
     a12 = x.get("sequence_packing", _MISSING)
     a12 = False if a12 is _MISSING else _v27(a12)
     a13 = x.get("packing_max_tokens", _MISSING)
-    a13 = None if a13 is _MISSING else _v17(a13)
+    a13 = None if a13 is _MISSING else _v64(a13)
     a14 = x.get("row_specialization", _MISSING)
-    a14 = "dynamic" if a14 is _MISSING else _v59(a14)
+    a14 = "dynamic" if a14 is _MISSING else _v65(a14)
     a15 = x.get("fp32_lm_head", _MISSING)
     a15 = False if a15 is _MISSING else _v27(a15)
     a16 = x.get("router_aux_loss_coef", _MISSING)
-    a16 = 0.0 if a16 is _MISSING else _v60(a16)
+    a16 = 0.0 if a16 is _MISSING else _v66(a16)
     a17 = x.get("router_z_loss_coef", _MISSING)
-    a17 = 0.0 if a17 is _MISSING else _v60(a17)
+    a17 = 0.0 if a17 is _MISSING else _v66(a17)
     a18 = x.get("router_aux_loss_reduction", _MISSING)
-    a18 = "token" if a18 is _MISSING else _v61(a18)
+    a18 = "token" if a18 is _MISSING else _v67(a18)
     a19 = x.get("router_z_loss_reduction", _MISSING)
-    a19 = "token" if a19 is _MISSING else _v61(a19)
+    a19 = "token" if a19 is _MISSING else _v67(a19)
     a20 = x.get("router_replay", _MISSING)
     a20 = False if a20 is _MISSING else _v27(a20)
     return {
@@ -708,33 +764,43 @@ def _v53(x):
     }
 
 
-def _v63(x):
+def _v69(x):
     y = _C29.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v64(x):
+def _v70(x):
     y = _C30.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v65(x):
+def _v71(x):
     if x is None:
         return None
-    return _v64(x)
+    return _v70(x)
 
 
-def _v66(x):
+def _v72(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 0:
+        raise _Reject
+    if x > 2048:
+        raise _Reject
+    return x
+
+
+def _v73(x):
     if x is None:
         return None
-    return _v33(x)
+    return _v72(x)
 
 
-def _v67(x):
+def _v74(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -744,14 +810,30 @@ def _v67(x):
     return x
 
 
-def _v68(x):
+def _v75(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 2048:
+        raise _Reject
+    return x
+
+
+def _v76(x):
+    if x is None:
+        return None
+    return _v75(x)
+
+
+def _v77(x):
     y = _C31.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v69(x):
+def _v78(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -763,15 +845,43 @@ def _v69(x):
     return x
 
 
-def _v70(x):
+def _v79(x):
     if type(x) is not int:
         raise _Reject
-    if x < 2:
+    if x < 1:
+        raise _Reject
+    if x > 65536:
         raise _Reject
     return x
 
 
-def _v71(x):
+def _v80(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 67108864:
+        raise _Reject
+    return x
+
+
+def _v81(x):
+    if x is None:
+        return None
+    return _v80(x)
+
+
+def _v82(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 2:
+        raise _Reject
+    if x > 1048576:
+        raise _Reject
+    return x
+
+
+def _v83(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -785,75 +895,91 @@ def _v71(x):
     return x
 
 
-def _v72(x):
+def _v84(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 68719476736:
+        raise _Reject
+    return x
+
+
+def _v85(x):
     if x is None:
         return None
-    return _v71(x)
+    return _v84(x)
 
 
-def _v73(x):
+def _v86(x):
+    if x is None:
+        return None
+    return _v83(x)
+
+
+def _v87(x):
     if x is None:
         return None
     return _v39(x)
 
 
-def _v74(x):
+def _v88(x):
     if x is None:
         return None
     return _v24(x)
 
 
-def _v62(x):
+def _v68(x):
     if type(x) is not dict:
         raise _Reject
     if not _C32.issuperset(x):
         raise _Reject
     a0 = x.get("engine", _MISSING)
-    a0 = "embedded" if a0 is _MISSING else _v63(a0)
+    a0 = "embedded" if a0 is _MISSING else _v69(a0)
     a1 = x.get("placement", _MISSING)
-    a1 = None if a1 is _MISSING else _v65(a1)
+    a1 = None if a1 is _MISSING else _v71(a1)
     a2 = x.get("gpus", _MISSING)
-    a2 = None if a2 is _MISSING else _v66(a2)
+    a2 = None if a2 is _MISSING else _v73(a2)
     a3 = x.get("tensor_parallel", _MISSING)
-    a3 = 1 if a3 is _MISSING else _v67(a3)
+    a3 = 1 if a3 is _MISSING else _v74(a3)
     a4 = x.get("num_engines", _MISSING)
-    a4 = None if a4 is _MISSING else _v17(a4)
+    a4 = None if a4 is _MISSING else _v76(a4)
     a5 = x.get("router", _MISSING)
     a5 = True if a5 is _MISSING else _v27(a5)
     a6 = x.get("router_policy", _MISSING)
-    a6 = "cache_aware" if a6 is _MISSING else _v68(a6)
+    a6 = "cache_aware" if a6 is _MISSING else _v77(a6)
     a7 = x.get("router_cache_threshold", _MISSING)
     a7 = 0.5 if a7 is _MISSING else _v35(a7)
     a8 = x.get("router_balance_abs_threshold", _MISSING)
     a8 = 32 if a8 is _MISSING else _v33(a8)
     a9 = x.get("router_balance_rel_threshold", _MISSING)
-    a9 = 1.0001 if a9 is _MISSING else _v69(a9)
+    a9 = 1.0001 if a9 is _MISSING else _v78(a9)
     a10 = x.get("prompts_per_collection", _MISSING)
-    a10 = 8 if a10 is _MISSING else _v16(a10)
+    a10 = 8 if a10 is _MISSING else _v79(a10)
     a11 = x.get("samples_per_prompt", _MISSING)
-    a11 = 8 if a11 is _MISSING else _v16(a11)
+    a11 = 8 if a11 is _MISSING else _v59(a11)
     a12 = x.get("global_batch_size", _MISSING)
-    a12 = None if a12 is _MISSING else _v17(a12)
+    a12 = None if a12 is _MISSING else _v81(a12)
     a13 = x.get("max_context_length", _MISSING)
-    a13 = 6144 if a13 is _MISSING else _v70(a13)
+    a13 = 6144 if a13 is _MISSING else _v82(a13)
     a14 = x.get("max_response_length", _MISSING)
-    a14 = None if a14 is _MISSING else _v17(a14)
+    a14 = None if a14 is _MISSING else _v64(a14)
     a15 = x.get("max_prompt_length", _MISSING)
-    a15 = None if a15 is _MISSING else _v17(a15)
+    a15 = None if a15 is _MISSING else _v64(a15)
     a16 = x.get("temperature", _MISSING)
-    a16 = 1.0 if a16 is _MISSING else _v60(a16)
+    a16 = 1.0 if a16 is _MISSING else _v66(a16)
     a17 = x.get("top_p", _MISSING)
-    a17 = 1.0 if a17 is _MISSING else _v71(a17)
+    a17 = 1.0 if a17 is _MISSING else _v83(a17)
     a18 = x.get("top_k", _MISSING)
     a18 = -1 if a18 is _MISSING else _v39(a18)
     a19 = x.get("max_running_requests", _MISSING)
-    a19 = 64 if a19 is _MISSING else _v16(a19)
+    a19 = 64 if a19 is _MISSING else _v79(a19)
     a20 = x.get("server_concurrency", _MISSING)
-    a20 = 64 if a20 is _MISSING else _v16(a20)
+    a20 = 64 if a20 is _MISSING else _v79(a20)
     a21 = x.get("max_total_tokens", _MISSING)
-    a21 = None if a21 is _MISSING else _v17(a21)
+    a21 = None if a21 is _MISSING else _v85(a21)
     a22 = x.get("mem_fraction_static", _MISSING)
-    a22 = None if a22 is _MISSING else _v72(a22)
+    a22 = None if a22 is _MISSING else _v86(a22)
     a23 = x.get("radix_cache", _MISSING)
     a23 = False if a23 is _MISSING else _v27(a23)
     a24 = x.get("max_mamba_cache_size", _MISSING)
@@ -863,9 +989,9 @@ def _v62(x):
     a26 = x.get("cuda_graph_max_bs", _MISSING)
     a26 = 64 if a26 is _MISSING else _v16(a26)
     a27 = x.get("chunked_prefill_size", _MISSING)
-    a27 = None if a27 is _MISSING else _v73(a27)
+    a27 = None if a27 is _MISSING else _v87(a27)
     a28 = x.get("seed", _MISSING)
-    a28 = None if a28 is _MISSING else _v74(a28)
+    a28 = None if a28 is _MISSING else _v88(a28)
     return {
         "engine": a0,
         "placement": a1,
@@ -899,14 +1025,14 @@ def _v62(x):
     }
 
 
-def _v76(x):
+def _v90(x):
     y = _C33.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v77(x):
+def _v91(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -920,58 +1046,64 @@ def _v77(x):
     return x
 
 
-def _v78(x):
+def _v92(x):
     y = _C34.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v75(x):
+def _v93(x):
+    if x is None:
+        return None
+    return _v60(x)
+
+
+def _v89(x):
     if type(x) is not dict:
         raise _Reject
     if not _C35.issuperset(x):
         raise _Reject
     a0 = x.get("lr", _MISSING)
-    a0 = 1e-06 if a0 is _MISSING else _v60(a0)
+    a0 = 1e-06 if a0 is _MISSING else _v66(a0)
     a1 = x.get("schedule", _MISSING)
-    a1 = "constant" if a1 is _MISSING else _v76(a1)
+    a1 = "constant" if a1 is _MISSING else _v90(a1)
     a2 = x.get("warmup_steps", _MISSING)
     a2 = 0 if a2 is _MISSING else _v33(a2)
     a3 = x.get("min_lr", _MISSING)
-    a3 = 0.0 if a3 is _MISSING else _v60(a3)
+    a3 = 0.0 if a3 is _MISSING else _v66(a3)
     a4 = x.get("weight_decay", _MISSING)
-    a4 = 0.0 if a4 is _MISSING else _v60(a4)
+    a4 = 0.0 if a4 is _MISSING else _v66(a4)
     a5 = x.get("adam_beta1", _MISSING)
-    a5 = 0.9 if a5 is _MISSING else _v77(a5)
+    a5 = 0.9 if a5 is _MISSING else _v91(a5)
     a6 = x.get("adam_beta2", _MISSING)
-    a6 = 0.95 if a6 is _MISSING else _v77(a6)
+    a6 = 0.95 if a6 is _MISSING else _v91(a6)
     a7 = x.get("adam_eps", _MISSING)
     a7 = 1e-08 if a7 is _MISSING else _v23(a7)
     a8 = x.get("clip_grad", _MISSING)
-    a8 = 1.0 if a8 is _MISSING else _v60(a8)
+    a8 = 1.0 if a8 is _MISSING else _v66(a8)
     a9 = x.get("eps_clip", _MISSING)
-    a9 = 0.2 if a9 is _MISSING else _v60(a9)
+    a9 = 0.2 if a9 is _MISSING else _v66(a9)
     a10 = x.get("eps_clip_high", _MISSING)
-    a10 = 0.28 if a10 is _MISSING else _v60(a10)
+    a10 = 0.28 if a10 is _MISSING else _v66(a10)
     a11 = x.get("kl_coef", _MISSING)
-    a11 = 0.0 if a11 is _MISSING else _v60(a11)
+    a11 = 0.0 if a11 is _MISSING else _v66(a11)
     a12 = x.get("kl_estimator", _MISSING)
-    a12 = "k3" if a12 is _MISSING else _v78(a12)
+    a12 = "k3" if a12 is _MISSING else _v92(a12)
     a13 = x.get("entropy_coef", _MISSING)
-    a13 = 0.0 if a13 is _MISSING else _v60(a13)
+    a13 = 0.0 if a13 is _MISSING else _v66(a13)
     a14 = x.get("normalize_std", _MISSING)
     a14 = False if a14 is _MISSING else _v27(a14)
     a15 = x.get("use_rollout_logprobs", _MISSING)
     a15 = False if a15 is _MISSING else _v27(a15)
     a16 = x.get("steps_per_collection", _MISSING)
-    a16 = None if a16 is _MISSING else _v17(a16)
+    a16 = None if a16 is _MISSING else _v93(a16)
     a17 = x.get("scoring_pass", _MISSING)
-    a17 = None if a17 is _MISSING else _v52(a17)
+    a17 = None if a17 is _MISSING else _v53(a17)
     a18 = x.get("scoring_check_interval", _MISSING)
     a18 = 50 if a18 is _MISSING else _v33(a18)
     a19 = x.get("scoring_check_tolerance", _MISSING)
-    a19 = 0.001 if a19 is _MISSING else _v60(a19)
+    a19 = 0.001 if a19 is _MISSING else _v66(a19)
     return {
         "lr": a0,
         "schedule": a1,
@@ -996,41 +1128,63 @@ def _v75(x):
     }
 
 
-def _v80(x):
+def _v95(x):
+    if x is None:
+        return None
+    return _v33(x)
+
+
+def _v96(x):
     y = _C36.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v81(x):
+def _v97(x):
     if x is None:
         return None
-    return _v80(x)
+    return _v96(x)
 
 
-def _v82(x):
+def _v98(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 1:
+        raise _Reject
+    if x > 1073741824:
+        raise _Reject
+    return x
+
+
+def _v99(x):
+    if x is None:
+        return None
+    return _v98(x)
+
+
+def _v100(x):
     y = _C37.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v83(x):
+def _v101(x):
     y = _C38.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v84(x):
+def _v102(x):
     y = _C39.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v79(x):
+def _v94(x):
     if type(x) is not dict:
         raise _Reject
     if not _C40.issuperset(x):
@@ -1038,21 +1192,21 @@ def _v79(x):
     a0 = x.get("enabled", _MISSING)
     a0 = False if a0 is _MISSING else _v27(a0)
     a1 = x.get("max_policy_lag", _MISSING)
-    a1 = None if a1 is _MISSING else _v66(a1)
+    a1 = None if a1 is _MISSING else _v95(a1)
     a2 = x.get("off_policy_correction", _MISSING)
-    a2 = None if a2 is _MISSING else _v81(a2)
+    a2 = None if a2 is _MISSING else _v97(a2)
     a3 = x.get("tis_clip", _MISSING)
     a3 = 2.0 if a3 is _MISSING else _v23(a3)
     a4 = x.get("buffer_factor", _MISSING)
     a4 = 2.0 if a4 is _MISSING else _v23(a4)
     a5 = x.get("producer_budget", _MISSING)
-    a5 = None if a5 is _MISSING else _v17(a5)
+    a5 = None if a5 is _MISSING else _v99(a5)
     a6 = x.get("unused_sample_handler", _MISSING)
-    a6 = "retry" if a6 is _MISSING else _v82(a6)
+    a6 = "retry" if a6 is _MISSING else _v100(a6)
     a7 = x.get("submission_granularity", _MISSING)
-    a7 = "group" if a7 is _MISSING else _v83(a7)
+    a7 = "group" if a7 is _MISSING else _v101(a7)
     a8 = x.get("publication_mode", _MISSING)
-    a8 = "barrier" if a8 is _MISSING else _v84(a8)
+    a8 = "barrier" if a8 is _MISSING else _v102(a8)
     return {
         "enabled": a0,
         "max_policy_lag": a1,
@@ -1066,14 +1220,14 @@ def _v79(x):
     }
 
 
-def _v86(x):
+def _v104(x):
     y = _C41.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v85(x):
+def _v103(x):
     if type(x) is not dict:
         raise _Reject
     if not _C42.issuperset(x):
@@ -1085,39 +1239,39 @@ def _v85(x):
     a2 = x.get("keep_every", _MISSING)
     a2 = None if a2 is _MISSING else _v17(a2)
     a3 = x.get("resume", _MISSING)
-    a3 = "auto" if a3 is _MISSING else _v86(a3)
+    a3 = "auto" if a3 is _MISSING else _v104(a3)
     a4 = x.get("export_hf_final", _MISSING)
-    a4 = None if a4 is _MISSING else _v52(a4)
+    a4 = None if a4 is _MISSING else _v53(a4)
     return {"interval": a0, "keep_last": a1, "keep_every": a2, "resume": a3, "export_hf_final": a4}
 
 
-def _v88(x):
+def _v106(x):
     y = _C43.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v90(x):
+def _v108(x):
     y = _C44.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v89(x):
+def _v107(x):
     if type(x) is not dict:
         raise _Reject
     if not _C45.issuperset(x):
         raise _Reject
     a0 = x.get("equivalence", _MISSING)
-    a0 = "sympy" if a0 is _MISSING else _v90(a0)
+    a0 = "sympy" if a0 is _MISSING else _v108(a0)
     a1 = x.get("timeout_s", _MISSING)
     a1 = 5.0 if a1 is _MISSING else _v23(a1)
     return {"equivalence": a0, "timeout_s": a1}
 
 
-def _v92(x):
+def _v110(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C46.search(x) is None:
@@ -1125,55 +1279,74 @@ def _v92(x):
     return x
 
 
-def _v93(x):
+def _v111(x):
     if x is None:
         return None
-    return _v92(x)
+    return _v110(x)
 
 
-def _v94(x):
-    if type(x) is not int:
+def _v112(x):
+    if type(x) is int:
+        if not -_EXACT <= x <= _EXACT:
+            raise _Reject
+        x = float(x)
+    elif type(x) is not float or not _isfinite(x):
         raise _Reject
-    if x < 16:
+    if x <= 0.0:
+        raise _Reject
+    if x > 120.0:
         raise _Reject
     return x
 
 
-def _v91(x):
+def _v113(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 16:
+        raise _Reject
+    if x > 8192:
+        raise _Reject
+    return x
+
+
+def _v109(x):
     if type(x) is not dict:
         raise _Reject
     if not _C47.issuperset(x):
         raise _Reject
     a0 = x.get("endpoint", _MISSING)
-    a0 = None if a0 is _MISSING else _v93(a0)
+    a0 = None if a0 is _MISSING else _v111(a0)
     a1 = x.get("time_limit_s", _MISSING)
-    a1 = 10.0 if a1 is _MISSING else _v23(a1)
+    a1 = 10.0 if a1 is _MISSING else _v112(a1)
     a2 = x.get("memory_limit_mb", _MISSING)
-    a2 = 1024 if a2 is _MISSING else _v94(a2)
+    a2 = 1024 if a2 is _MISSING else _v113(a2)
     a3 = x.get("max_processes", _MISSING)
-    a3 = 16 if a3 is _MISSING else _v16(a3)
+    a3 = 16 if a3 is _MISSING else _v55(a3)
     a4 = x.get("network", _MISSING)
     a4 = False if a4 is _MISSING else _v27(a4)
-    a5 = x.get("concurrency", _MISSING)
-    a5 = 8 if a5 is _MISSING else _v16(a5)
+    a5 = x.get("allow_unsandboxed", _MISSING)
+    a5 = False if a5 is _MISSING else _v27(a5)
+    a6 = x.get("concurrency", _MISSING)
+    a6 = 8 if a6 is _MISSING else _v16(a6)
     return {
         "endpoint": a0,
         "time_limit_s": a1,
         "memory_limit_mb": a2,
         "max_processes": a3,
         "network": a4,
-        "concurrency": a5,
+        "allow_unsandboxed": a5,
+        "concurrency": a6,
     }
 
 
-def _v96(x):
+def _v115(x):
     y = _C48.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v95(x):
+def _v114(x):
     if type(x) is not dict:
         raise _Reject
     if not _C49.issuperset(x):
@@ -1181,11 +1354,11 @@ def _v95(x):
     a0 = x.get("strict", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("aggregate", _MISSING)
-    a1 = "fraction" if a1 is _MISSING else _v96(a1)
+    a1 = "fraction" if a1 is _MISSING else _v115(a1)
     return {"strict": a0, "aggregate": a1}
 
 
-def _v97(x):
+def _v116(x):
     if type(x) is not dict:
         raise _Reject
     if not _C50.issuperset(x):
@@ -1195,27 +1368,27 @@ def _v97(x):
     a1 = x.get("target_tokens", _MISSING)
     a1 = 1024 if a1 is _MISSING else _v16(a1)
     a2 = x.get("coef", _MISSING)
-    a2 = 0.001 if a2 is _MISSING else _v60(a2)
+    a2 = 0.001 if a2 is _MISSING else _v66(a2)
     return {"enabled": a0, "target_tokens": a1, "coef": a2}
 
 
-def _v87(x):
+def _v105(x):
     if type(x) is not dict:
         raise _Reject
     if not _C51.issuperset(x):
         raise _Reject
     a0 = x.get("failure_policy", _MISSING)
-    a0 = "zero" if a0 is _MISSING else _v88(a0)
+    a0 = "zero" if a0 is _MISSING else _v106(a0)
     a1 = x.get("exclude_truncated", _MISSING)
     a1 = False if a1 is _MISSING else _v27(a1)
     a2 = x.get("math", _MISSING)
-    a2 = _v89({}) if a2 is _MISSING else _v89(a2)
+    a2 = _v107({}) if a2 is _MISSING else _v107(a2)
     a3 = x.get("code", _MISSING)
-    a3 = _v91({}) if a3 is _MISSING else _v91(a3)
+    a3 = _v109({}) if a3 is _MISSING else _v109(a3)
     a4 = x.get("ifeval", _MISSING)
-    a4 = _v95({}) if a4 is _MISSING else _v95(a4)
+    a4 = _v114({}) if a4 is _MISSING else _v114(a4)
     a5 = x.get("length_penalty", _MISSING)
-    a5 = _v97({}) if a5 is _MISSING else _v97(a5)
+    a5 = _v116({}) if a5 is _MISSING else _v116(a5)
     return {
         "failure_policy": a0,
         "exclude_truncated": a1,
@@ -1226,7 +1399,7 @@ def _v87(x):
     }
 
 
-def _v98(x):
+def _v117(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C52.search(x) is None:
@@ -1234,14 +1407,14 @@ def _v98(x):
     return x
 
 
-def _v100(x):
+def _v119(x):
     y = _C53.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v101(x):
+def _v120(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C54.search(x) is None:
@@ -1249,7 +1422,7 @@ def _v101(x):
     return x
 
 
-def _v102(x):
+def _v121(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C55.search(x) is None:
@@ -1257,21 +1430,21 @@ def _v102(x):
     return x
 
 
-def _v103(x):
+def _v122(x):
     y = _C56.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v104(x):
+def _v123(x):
     y = _C57.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v99(x):
+def _v118(x):
     if type(x) is not dict:
         raise _Reject
     if not _C58.issuperset(x):
@@ -1289,21 +1462,21 @@ def _v99(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v100(a4)
+    a4 = _v119(a4)
     a5 = x.get("gpus", _MISSING)
-    a5 = 1 if a5 is _MISSING else _v67(a5)
+    a5 = 1 if a5 is _MISSING else _v74(a5)
     a6 = x.get("revision", _MISSING)
     if a6 is _MISSING:
         raise _Reject
-    a6 = _v101(a6)
+    a6 = _v120(a6)
     a7 = x.get("prepared_dir", _MISSING)
     if a7 is _MISSING:
         raise _Reject
-    a7 = _v102(a7)
+    a7 = _v121(a7)
     a8 = x.get("chat_template", _MISSING)
-    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v103(a8)
+    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v122(a8)
     a9 = x.get("context_extension", _MISSING)
-    a9 = "none" if a9 is _MISSING else _v104(a9)
+    a9 = "none" if a9 is _MISSING else _v123(a9)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1318,14 +1491,14 @@ def _v99(x):
     }
 
 
-def _v106(x):
+def _v125(x):
     y = _C59.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v107(x):
+def _v126(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C60.search(x) is None:
@@ -1333,7 +1506,7 @@ def _v107(x):
     return x
 
 
-def _v105(x):
+def _v124(x):
     if type(x) is not dict:
         raise _Reject
     if not _C61.issuperset(x):
@@ -1351,11 +1524,11 @@ def _v105(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v106(a4)
+    a4 = _v125(a4)
     a5 = x.get("endpoint", _MISSING)
     if a5 is _MISSING:
         raise _Reject
-    a5 = _v107(a5)
+    a5 = _v126(a5)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1366,7 +1539,7 @@ def _v105(x):
     }
 
 
-def _v108(x):
+def _v127(x):
     if type(x) is not dict:
         raise _Reject
     t = x.get("mode")
@@ -1375,20 +1548,20 @@ def _v108(x):
     return _C62[t](x)
 
 
-def _v109(x):
+def _v128(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v98(k): _v108(v) for k, v in x.items()}
+    return {_v117(k): _v127(v) for k, v in x.items()}
 
 
-def _v111(x):
+def _v130(x):
     y = _C63.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v110(x):
+def _v129(x):
     if type(x) is not dict:
         raise _Reject
     if not _C64.issuperset(x):
@@ -1396,21 +1569,21 @@ def _v110(x):
     a0 = x.get("profile", _MISSING)
     if a0 is _MISSING:
         raise _Reject
-    a0 = _v111(a0)
+    a0 = _v130(a0)
     a1 = x.get("max_response_tokens", _MISSING)
     a1 = 2048 if a1 is _MISSING else _v16(a1)
     a2 = x.get("temperature", _MISSING)
-    a2 = 1.0 if a2 is _MISSING else _v60(a2)
+    a2 = 1.0 if a2 is _MISSING else _v66(a2)
     return {"profile": a0, "max_response_tokens": a1, "temperature": a2}
 
 
-def _v112(x):
+def _v131(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v110(v) for k, v in x.items()}
+    return {_v6(k): _v129(v) for k, v in x.items()}
 
 
-def _v114(x):
+def _v133(x):
     if type(x) is not dict:
         raise _Reject
     if not _C65.issuperset(x):
@@ -1426,30 +1599,30 @@ def _v114(x):
     return {"judge": a0, "rubric": a1}
 
 
-def _v115(x):
+def _v134(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v114(v) for k, v in x.items()}
+    return {_v6(k): _v133(v) for k, v in x.items()}
 
 
-def _v113(x):
+def _v132(x):
     if type(x) is not dict:
         raise _Reject
     if not _C66.issuperset(x):
         raise _Reject
     a0 = x.get("bindings", _MISSING)
-    a0 = {} if a0 is _MISSING else _v115(a0)
+    a0 = {} if a0 is _MISSING else _v134(a0)
     return {"bindings": a0}
 
 
-def _v117(x):
+def _v136(x):
     y = _C67.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v118(x):
+def _v137(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C68.search(x) is None:
@@ -1457,35 +1630,35 @@ def _v118(x):
     return x
 
 
-def _v119(x):
+def _v138(x):
     if x is None:
         return None
-    return _v118(x)
+    return _v137(x)
 
 
-def _v120(x):
+def _v139(x):
     if x is None:
         return None
-    return _v101(x)
+    return _v120(x)
 
 
-def _v121(x):
+def _v140(x):
     if type(x) is not list:
         raise _Reject
     return [_v6(i) for i in x]
 
 
-def _v123(x):
+def _v142(x):
     return _plain(x)
 
 
-def _v124(x):
+def _v143(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v123(v) for k, v in x.items()}
+    return {_v6(k): _v142(v) for k, v in x.items()}
 
 
-def _v122(x):
+def _v141(x):
     if type(x) is not dict:
         raise _Reject
     if not _C69.issuperset(x):
@@ -1497,27 +1670,27 @@ def _v122(x):
     a1 = x.get("interval", _MISSING)
     a1 = None if a1 is _MISSING else _v17(a1)
     a2 = x.get("generation", _MISSING)
-    a2 = {} if a2 is _MISSING else _v124(a2)
+    a2 = {} if a2 is _MISSING else _v143(a2)
     a3 = x.get("scoring", _MISSING)
-    a3 = {} if a3 is _MISSING else _v124(a3)
+    a3 = {} if a3 is _MISSING else _v143(a3)
     return {"task": a0, "interval": a1, "generation": a2, "scoring": a3}
 
 
-def _v125(x):
+def _v144(x):
     if type(x) is not list:
         raise _Reject
-    return [_v122(i) for i in x]
+    return [_v141(i) for i in x]
 
 
-def _v116(x):
+def _v135(x):
     if type(x) is not dict:
         raise _Reject
     if not _C70.issuperset(x):
         raise _Reject
     a0 = x.get("mode", _MISSING)
-    a0 = "shared" if a0 is _MISSING else _v117(a0)
+    a0 = "shared" if a0 is _MISSING else _v136(a0)
     a1 = x.get("temperature", _MISSING)
-    a1 = 0.0 if a1 is _MISSING else _v60(a1)
+    a1 = 0.0 if a1 is _MISSING else _v66(a1)
     a2 = x.get("samples_per_prompt", _MISSING)
     a2 = 1 if a2 is _MISSING else _v16(a2)
     a3 = x.get("max_response_length", _MISSING)
@@ -1529,11 +1702,11 @@ def _v116(x):
     a6 = x.get("final", _MISSING)
     a6 = True if a6 is _MISSING else _v27(a6)
     a7 = x.get("image", _MISSING)
-    a7 = None if a7 is _MISSING else _v119(a7)
+    a7 = None if a7 is _MISSING else _v138(a7)
     a8 = x.get("revision", _MISSING)
-    a8 = None if a8 is _MISSING else _v120(a8)
+    a8 = None if a8 is _MISSING else _v139(a8)
     a9 = x.get("gpus", _MISSING)
-    a9 = 1 if a9 is _MISSING else _v67(a9)
+    a9 = 1 if a9 is _MISSING else _v74(a9)
     a10 = x.get("cluster", _MISSING)
     a10 = None if a10 is _MISSING else _v7(a10)
     a11 = x.get("workspace", _MISSING)
@@ -1545,9 +1718,9 @@ def _v116(x):
     a14 = x.get("timeout", _MISSING)
     a14 = "3h" if a14 is _MISSING else _v38(a14)
     a15 = x.get("server_args", _MISSING)
-    a15 = [] if a15 is _MISSING else _v121(a15)
+    a15 = [] if a15 is _MISSING else _v140(a15)
     a16 = x.get("tasks", _MISSING)
-    a16 = [] if a16 is _MISSING else _v125(a16)
+    a16 = [] if a16 is _MISSING else _v144(a16)
     return {
         "mode": a0,
         "temperature": a1,
@@ -1569,14 +1742,14 @@ def _v116(x):
     }
 
 
-def _v127(x):
+def _v146(x):
     y = _C71.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v126(x):
+def _v145(x):
     if type(x) is not dict:
         raise _Reject
     if not _C72.issuperset(x):
@@ -1584,7 +1757,7 @@ def _v126(x):
     a0 = x.get("metrics_path", _MISSING)
     a0 = None if a0 is _MISSING else _v7(a0)
     a1 = x.get("wandb_mode", _MISSING)
-    a1 = "disabled" if a1 is _MISSING else _v127(a1)
+    a1 = "disabled" if a1 is _MISSING else _v146(a1)
     a2 = x.get("wandb_project", _MISSING)
     a2 = None if a2 is _MISSING else _v7(a2)
     a3 = x.get("wandb_team", _MISSING)
@@ -1606,13 +1779,13 @@ def _v126(x):
     }
 
 
-def _v129(x):
+def _v148(x):
     if x is None:
         return None
-    return _v102(x)
+    return _v121(x)
 
 
-def _v128(x):
+def _v147(x):
     if type(x) is not dict:
         raise _Reject
     if not _C73.issuperset(x):
@@ -1620,7 +1793,7 @@ def _v128(x):
     a0 = x.get("enabled", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("shared_root", _MISSING)
-    a1 = None if a1 is _MISSING else _v129(a1)
+    a1 = None if a1 is _MISSING else _v148(a1)
     a2 = x.get("restore", _MISSING)
     a2 = True if a2 is _MISSING else _v27(a2)
     a3 = x.get("max_storage_bytes", _MISSING)
@@ -1636,20 +1809,20 @@ def _v128(x):
     }
 
 
-def _v131(x):
+def _v150(x):
     y = _C74.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v132(x):
+def _v151(x):
     if x is None:
         return None
-    return _v60(x)
+    return _v66(x)
 
 
-def _v130(x):
+def _v149(x):
     if type(x) is not dict:
         raise _Reject
     if not _C75.issuperset(x):
@@ -1661,7 +1834,7 @@ def _v130(x):
     a2 = x.get("http_retries", _MISSING)
     a2 = 3 if a2 is _MISSING else _v33(a2)
     a3 = x.get("retry_backoff_s", _MISSING)
-    a3 = 0.5 if a3 is _MISSING else _v60(a3)
+    a3 = 0.5 if a3 is _MISSING else _v66(a3)
     a4 = x.get("group_retries", _MISSING)
     a4 = 2 if a4 is _MISSING else _v33(a4)
     a5 = x.get("startup_timeout_s", _MISSING)
@@ -1669,13 +1842,13 @@ def _v130(x):
     a6 = x.get("publish_timeout_s", _MISSING)
     a6 = 120.0 if a6 is _MISSING else _v23(a6)
     a7 = x.get("publication_transport", _MISSING)
-    a7 = "disk" if a7 is _MISSING else _v131(a7)
+    a7 = "disk" if a7 is _MISSING else _v150(a7)
     a8 = x.get("weight_audit", _MISSING)
     a8 = True if a8 is _MISSING else _v27(a8)
     a9 = x.get("max_logprob_mismatch", _MISSING)
-    a9 = None if a9 is _MISSING else _v132(a9)
+    a9 = None if a9 is _MISSING else _v151(a9)
     a10 = x.get("seed", _MISSING)
-    a10 = None if a10 is _MISSING else _v66(a10)
+    a10 = None if a10 is _MISSING else _v95(a10)
     return {
         "health_timeout_s": a0,
         "generate_timeout_s": a1,
@@ -1691,15 +1864,15 @@ def _v130(x):
     }
 
 
-def _v133(x):
+def _v152(x):
     if type(x) is not dict:
         raise _Reject
     if not _C76.issuperset(x):
         raise _Reject
     a0 = x.get("sglang", _MISSING)
-    a0 = {} if a0 is _MISSING else _v124(a0)
+    a0 = {} if a0 is _MISSING else _v143(a0)
     a1 = x.get("olmo_core", _MISSING)
-    a1 = {} if a1 is _MISSING else _v124(a1)
+    a1 = {} if a1 is _MISSING else _v143(a1)
     return {"sglang": a0, "olmo_core": a1}
 
 
@@ -1737,33 +1910,33 @@ def _v1(x):
     a8 = x.get("training", _MISSING)
     a8 = _v50({}) if a8 is _MISSING else _v50(a8)
     a9 = x.get("trainer", _MISSING)
-    a9 = _v53({}) if a9 is _MISSING else _v53(a9)
+    a9 = _v54({}) if a9 is _MISSING else _v54(a9)
     a10 = x.get("inference", _MISSING)
-    a10 = _v62({}) if a10 is _MISSING else _v62(a10)
+    a10 = _v68({}) if a10 is _MISSING else _v68(a10)
     a11 = x.get("optimizer", _MISSING)
-    a11 = _v75({}) if a11 is _MISSING else _v75(a11)
+    a11 = _v89({}) if a11 is _MISSING else _v89(a11)
     a12 = x.get("async", _MISSING)
-    a12 = _v79({}) if a12 is _MISSING else _v79(a12)
+    a12 = _v94({}) if a12 is _MISSING else _v94(a12)
     a13 = x.get("checkpoint", _MISSING)
-    a13 = _v85({}) if a13 is _MISSING else _v85(a13)
+    a13 = _v103({}) if a13 is _MISSING else _v103(a13)
     a14 = x.get("rewards", _MISSING)
-    a14 = _v87({}) if a14 is _MISSING else _v87(a14)
+    a14 = _v105({}) if a14 is _MISSING else _v105(a14)
     a15 = x.get("judges", _MISSING)
-    a15 = {} if a15 is _MISSING else _v109(a15)
+    a15 = {} if a15 is _MISSING else _v128(a15)
     a16 = x.get("rubrics", _MISSING)
-    a16 = {} if a16 is _MISSING else _v112(a16)
+    a16 = {} if a16 is _MISSING else _v131(a16)
     a17 = x.get("judging", _MISSING)
-    a17 = _v113({}) if a17 is _MISSING else _v113(a17)
+    a17 = _v132({}) if a17 is _MISSING else _v132(a17)
     a18 = x.get("evaluation", _MISSING)
-    a18 = _v116({}) if a18 is _MISSING else _v116(a18)
+    a18 = _v135({}) if a18 is _MISSING else _v135(a18)
     a19 = x.get("tracking", _MISSING)
-    a19 = _v126({}) if a19 is _MISSING else _v126(a19)
+    a19 = _v145({}) if a19 is _MISSING else _v145(a19)
     a20 = x.get("compiler_cache", _MISSING)
-    a20 = _v128({}) if a20 is _MISSING else _v128(a20)
+    a20 = _v147({}) if a20 is _MISSING else _v147(a20)
     a21 = x.get("runtime", _MISSING)
-    a21 = _v130({}) if a21 is _MISSING else _v130(a21)
+    a21 = _v149({}) if a21 is _MISSING else _v149(a21)
     a22 = x.get("native", _MISSING)
-    a22 = _v133({}) if a22 is _MISSING else _v133(a22)
+    a22 = _v152({}) if a22 is _MISSING else _v152(a22)
     return {
         "schema_version": a0,
         "name": a1,
@@ -2011,7 +2184,15 @@ _C44 = {("str", "sympy"): "sympy", ("str", "string"): "string"}
 _C45 = frozenset(["equivalence", "timeout_s"])
 _C46 = _re.compile("^https?://[^/@\\s]+(/.*)?$")
 _C47 = frozenset(
-    ["concurrency", "endpoint", "max_processes", "memory_limit_mb", "network", "time_limit_s"]
+    [
+        "allow_unsandboxed",
+        "concurrency",
+        "endpoint",
+        "max_processes",
+        "memory_limit_mb",
+        "network",
+        "time_limit_s",
+    ]
 )
 _C48 = {("str", "fraction"): "fraction", ("str", "all"): "all"}
 _C49 = frozenset(["aggregate", "strict"])
@@ -2044,7 +2225,7 @@ _C60 = _re.compile("^https?://[^/@\\s:]+(:[0-9]+)?(/.*)?$")
 _C61 = frozenset(
     ["endpoint", "max_concurrent_calls", "max_context_length", "mode", "model", "timeout"]
 )
-_C62 = {"managed": _v99, "external": _v105}
+_C62 = {"managed": _v118, "external": _v124}
 _C63 = {
     ("str", "open-instruct/general-quality"): "open-instruct/general-quality",
     ("str", "open-instruct/general-quality_ref"): "open-instruct/general-quality_ref",
@@ -2140,9 +2321,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "d21c955d2da40244e30aac4e9325707ceb4bcf447185499c7998030b7279fec6"
+SOURCES = "0af38814dfc13303d3aaef989e33ec34e88bb03895749be5ce7a18fc5bada668"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:aaabe78f18be16f887775f6ef996704ec1f4fa1a35e793b5dc03f490b7343c18"
+SCHEMA_DIGEST = "sha256:4eb9e31812cc5f065ecbf8c8774bb6fa9ef09b734698ff361b82972a6e59efb9"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",
@@ -2336,6 +2517,7 @@ FIELD_TREE = {
                 ("memory_limit_mb", None),
                 ("max_processes", None),
                 ("network", None),
+                ("allow_unsandboxed", None),
                 ("concurrency", None),
             ),
         ),

@@ -125,5 +125,7 @@ def test_consumer_is_real(path: str, kind: str, target: str) -> None:
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
+    if isinstance(obj, property):
+        obj = obj.fget
     source = inspect.getsource(obj)
     assert re.search(rf"\b{re.escape(leaf)}\b", source), f"{path}: {target} does not read {leaf!r}"

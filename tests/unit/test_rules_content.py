@@ -593,11 +593,6 @@ CASES: list[tuple[str, str, str]] = [
         '[trainer]\nrow_specialization = "dynamic"\n',
     ),
     (
-        "code-executor-settings",
-        "[rewards.code]\ntime_limit_s = 3.0  # <-\n",
-        "[rewards.code]\nconcurrency = 2\n",
-    ),
-    (
         "managed-judge-not-started",
         GPU + MANAGED + "gpus = 1  # <-\n" + RUBRIC + BIND,
         GPU + JUDGE_EXT + RUBRIC + BIND,
