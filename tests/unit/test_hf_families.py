@@ -153,3 +153,39 @@ def test_compiler_table_agrees_with_runtime() -> None:
 
     assert COMPILER_FAMILIES == HF_FAMILIES
     assert set(COMPILER_REFUSED) == set(REFUSED_HF_TYPES)
+
+
+def test_dropless_experts_export_in_hf_layout(tmp_path) -> None:
+    """OLMo-core checkpoints often use the dropless MoE, whose w1/w3 are laid out per expert
+    as (hidden, d_model): the export gives HF each expert's own projections."""
+    from olmo_core.nn.moe import MoEConfig, MoERouterConfig, MoEType
+    from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
+    from safetensors.torch import load_file
+
+    tok = build_builtin_tokenizer()
+    moe = MoEConfig(
+        name=MoEType.dropless, num_experts=4, hidden_size=32, router=MoERouterConfig(top_k=2)
+    )
+    cfg = TransformerConfig.llama_like(
+        d_model=64,
+        vocab_size=tok.vocab_size,
+        n_layers=2,
+        n_heads=4,
+        name=TransformerType.moe,
+        block_name=TransformerBlockType.moe,
+        qk_norm=True,
+        rope_theta=10_000,
+        feed_forward_moe=moe,
+        attn_backend="torch",
+    )
+    model = cfg.build(init_device="cpu")
+    model.init_weights(device=torch.device("cpu"))
+    export_hf(model, tok, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    mlp = model.blocks["1"].feed_forward_moe.experts.mlp
+    for e in range(4):
+        pre = f"model.layers.1.mlp.experts.{e}"
+        assert torch.equal(state[f"{pre}.gate_proj.weight"], mlp.w1.view(4, 32, 64)[e])
+        assert torch.equal(state[f"{pre}.up_proj.weight"], mlp.w3.view(4, 32, 64)[e])
+        assert torch.equal(state[f"{pre}.down_proj.weight"], mlp.w2.view(4, 32, 64)[e].T)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "olmoe"
