@@ -214,17 +214,26 @@ class CodeVerifier(Verifier):
     def _policy(self, result: RewardResult) -> RewardResult:
         return apply_failure_policy(result, self.failure_policy, self.name)
 
+    def _request_timeout(self, payload: Mapping[str, Any]) -> float:
+        """At least ``timeout_s``, and enough for every test to use its whole time limit
+        one after another (the executor may have a single free slot)."""
+        tests = payload.get("tests")
+        count = len(tests) if isinstance(tests, list) else 1
+        wall = float((payload.get("limits") or {}).get("wall_s", 10.0))
+        return max(self.timeout_s, count * (wall + 5.0) + 30.0)
+
     def _run(self, payload: dict[str, Any]) -> RewardResult:
         last = "no attempt"
+        timeout_s = self._request_timeout(payload)
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                data = run_request(self._client, self.url, payload, self.timeout_s)
+                data = run_request(self._client, self.url, payload, timeout_s)
             except ValueError as exc:
                 return RewardResult(0.0, ok=False, failure=f"executor rejected request: {exc}")
             except httpx.TimeoutException:
-                last = f"executor timeout after {self.timeout_s}s"
+                last = f"executor timeout after {timeout_s}s"
                 continue
             except httpx.HTTPStatusError as exc:
                 last = f"executor HTTP {exc.response.status_code}"

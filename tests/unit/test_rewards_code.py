@@ -238,3 +238,11 @@ def test_function_payload_carries_the_prompt_for_the_judge():
     assert payload["context"] == PROMPT
     assert "network" not in payload
     assert build_payload("x", STDIO_OK, {}, None, network=True)["network"] is True
+
+
+def test_request_timeout_covers_every_test_at_its_limit():
+    v = get_verifier("code", _spec(endpoint="http://127.0.0.1:9", time_limit_s=100.0))
+    tests = [{"input": "", "output": ""}] * 4
+    payload = build_payload("print()", {"mode": "stdio", "tests": tests}, {}, v.limits)
+    assert v._request_timeout(payload) >= 4 * 100.0
+    assert get_verifier("code", _spec())._request_timeout({"tests": "t"}) == 120.0
