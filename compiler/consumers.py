@@ -42,7 +42,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "runtime:runtime.prepare:main",
         "beaker:compiler.emit.beaker:_needs_preparation",
     ),
-    "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER),
+    "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER, _ENGINE_ARGV),
     "model.architecture": (_TRAINER, _ENGINE_ARGV),
     "model.dtype": (
         _ENGINE_ARGV,

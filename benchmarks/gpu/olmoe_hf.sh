@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One NVIDIA H200, under 3 minutes: `rlc run` from a ~0.87B OLMoE-shaped HF checkpoint
 # (d_model 1024, 16 layers, 64 experts, top-8) that transformers writes here through
-# scripts/make_hf_checkpoint.py, with router replay on (specs/examples/gpu-moe.toml, 3
+# scripts/make_hf_checkpoint.py, with router replay on (specs/examples/gpu-moe.toml, 2
 # collections), the end-of-run HF export, `rlc export` of the newest checkpoint, and a
 # transformers-vs-rlc logits comparison of the export on the GPU.
 #
@@ -21,7 +21,7 @@ python3 scripts/make_hf_checkpoint.py --family olmoe --out "$SRC" --d-model 1024
 echo "checkpoint written in $((SECONDS - t0))s"
 python3 -m compiler.cli run specs/examples/gpu-moe.toml --no-progress \
   --set "model.source=\"$SRC\"" --set "output.root=\"$ROOT_DIR\"" \
-  --set training.num_rollouts=3 --set checkpoint.interval=3 --set output.export_hf=true \
+  --set training.num_rollouts=2 --set checkpoint.interval=2 --set output.export_hf=true \
   --set trainer.packing_max_tokens=4096
 echo "run finished at $((SECONDS - t0))s"
 python3 -m compiler.cli export "$ROOT_DIR" --out "$EXPORT"
