@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,18 @@ class LocalExecutor:
         site: bool = False,
         allow_unsandboxed: bool = False,
         allow_network: bool = False,
+        service_python: str | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper`` prefixes the service's command line (e.g. to run it as another user
+        with ``setpriv``); ``service_python`` runs the service itself (default: ours)."""
         repo_root = str(Path(__file__).resolve().parents[2])
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (repo_root, child_env.get("PYTHONPATH", "")) if p
         )
-        argv = [sys.executable, "-m", "runtime.executor", "--host", "127.0.0.1", "--port", "0"]
+        argv = [*wrapper, service_python or sys.executable, "-m", "runtime.executor"]
+        argv += ["--host", "127.0.0.1", "--port", "0"]
         argv += ["--workers", str(workers), "--isolation", isolation]
         if python:
             argv += ["--python", python]

@@ -1,6 +1,6 @@
 """The executor service: statuses, limits, forged verdicts and hostile programs against a
-real server, in each sandbox mode this host offers (namespaces as root, unprivileged user
-namespaces), plus the refusal to run without a sandbox."""
+real server, in each sandbox mode this host offers (as root: namespaces, user namespaces, and
+the service itself run as an unprivileged uid), plus the refusal to run without a sandbox."""
 
 from __future__ import annotations
 
@@ -22,13 +22,32 @@ from runtime.executor.client import ExecutorStartError, LocalExecutor
 from runtime.executor.sandbox import UID_BASE, slot_uid_base
 
 SECRET = "rlc-secret-" + uuid.uuid4().hex
-MODES = ["auto", "userns"] if os.geteuid() == 0 else ["auto"]
+SYSTEM_PYTHON = "/usr/bin/python3"
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+# Root can also show the unprivileged layer: the service itself run as uid 65534 with the
+# system interpreter (ours may live under a private home), our packages on its path.
+UNPRIVILEGED = (
+    os.geteuid() == 0 and os.access(SYSTEM_PYTHON, os.X_OK) and shutil.which("setpriv") is not None
+)
+MODES = ["auto", "userns", "unprivileged"] if os.geteuid() == 0 else ["auto"]
 
 
 @pytest.fixture(scope="module", params=MODES)
 def executor(request):
     env = dict(os.environ, RLC_TEST_SECRET=SECRET)
-    with LocalExecutor(workers=2, env=env, isolation=request.param) as ex:
+    if request.param != "unprivileged":
+        with LocalExecutor(workers=2, env=env, isolation=request.param) as ex:
+            yield ex
+        return
+    if not UNPRIVILEGED:
+        pytest.skip("needs root to become uid 65534, setpriv and a system python")
+    import aiohttp
+
+    site = str(Path(aiohttp.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = site
+    with LocalExecutor(
+        workers=2, env=env, service_python=SYSTEM_PYTHON, wrapper=NOBODY, isolation="userns"
+    ) as ex:
         yield ex
 
 
@@ -469,12 +488,9 @@ def test_unsandboxed_executor_needs_the_opt_in_and_warns(http):
 
 # -- an unprivileged host ---------------------------------------------------------------------
 
-SYSTEM_PYTHON = "/usr/bin/python3"
-
 
 @pytest.mark.skipif(
-    os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK) or not shutil.which("setpriv"),
-    reason="needs root to become an unprivileged uid, setpriv and a system python",
+    not UNPRIVILEGED, reason="needs root to become uid 65534, setpriv and a system python"
 )
 def test_userns_sandbox_as_an_unprivileged_uid():
     """The ``userns`` layer as a plain uid (65534): read-only root, private /proc, no net,
@@ -520,7 +536,7 @@ def test_userns_sandbox_as_an_unprivileged_uid():
         )
         argv[0] = SYSTEM_PYTHON
         out = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", *argv],
+            [*NOBODY, *argv],
             capture_output=True,
             text=True,
             timeout=60,
