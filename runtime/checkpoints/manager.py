@@ -4,6 +4,9 @@ Layout of one checkpoint ``<root>/step-000010/``::
 
     model/          native model dir (rlc_model.json, model.safetensors, tokenizer): load_model() reads it
     trainer.pt      optimizer + scheduler state, step, policy version (rank 0; data parallel replicas)
+    dist/           instead of model/ when the trainer is sharded over several ranks: every
+                    rank's model and optimizer shards (OLMo-core / torch.distributed.checkpoint);
+                    trainer.pt then holds no optimizer. Restores on the same topology only.
     rng-rank<r>.pt  python / numpy / torch (+cuda) RNG states of each rank
     meta.json       step, caller's ``extra`` (data cursor, policy version, spec digest), topology
     COMPLETE        written last; a directory without it is never used
@@ -31,6 +34,7 @@ import torch.distributed as dist
 COMPLETE = "COMPLETE"
 META = "meta.json"
 TRAINER_STATE = "trainer.pt"
+SHARDED = "dist"
 FORMAT_VERSION = 1
 _STEP_RE = re.compile(r"^step-(\d{6,})$")
 
@@ -111,6 +115,7 @@ class CheckpointData:
     trainer_state: dict[str, Any]
     model_state: dict[str, torch.Tensor]
     rng: dict[str, Any] | None
+    sharded: Path | None = None  # the dist/ directory of a sharded trainer's checkpoint
 
 
 def _check(
@@ -140,7 +145,19 @@ def _check(
             detail = ", ".join(
                 f"{k}: checkpoint {a!r} vs run {b!r}" for k, (a, b) in sorted(diff.items())
             )
-            raise CheckpointMismatch(f"{path}: topology differs ({detail})")
+            raise CheckpointMismatch(
+                f"{path}: written by trainer topology {describe_topology(have)}, this run is "
+                f"{describe_topology(expect_topology)} ({detail}); a checkpoint restores on "
+                "the topology that wrote it"
+            )
+
+
+def describe_topology(t: dict[str, Any]) -> str:
+    """``world 2 (EP2, cpu)`` from a trainer's ``topology()``."""
+    return (
+        f"world {t.get('world_size', '?')} (EP{t.get('expert_parallel', 1)}, "
+        f"{t.get('device_kind', '?')})"
+    )
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -168,6 +185,18 @@ def load(
     trainer_state = torch.load(p / TRAINER_STATE, map_location=map_location, weights_only=False)
     rng_file = p / f"rng-rank{_rank()}.pt"
     rng = torch.load(rng_file, weights_only=False) if rng_file.is_file() else None
+    if (p / SHARDED).is_dir():
+        return CheckpointData(
+            path=p,
+            step=int(meta["step"]),
+            extra=meta.get("extra", {}),
+            topology=meta.get("topology", {}),
+            digest=meta.get("digest"),
+            trainer_state=trainer_state,
+            model_state={},
+            rng=rng,
+            sharded=p / SHARDED,
+        )
     return CheckpointData(
         path=p,
         step=int(meta["step"]),
@@ -225,9 +254,13 @@ class CheckpointManager:
             tmp.mkdir()
         _barrier()
         torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+        sharded = getattr(trainer, "world_size", 1) > 1
+        if sharded:
+            trainer.save_sharded(tmp / SHARDED)
         if rank == 0:
-            state = trainer.state_dict_for_publication()
-            save_native(trainer.loaded, tmp / "model", state_dict=state)
+            if not sharded:
+                state = trainer.state_dict_for_publication()
+                save_native(trainer.loaded, tmp / "model", state_dict=state)
             torch.save(trainer.checkpoint_state(), tmp / TRAINER_STATE)
             meta = {
                 "format_version": FORMAT_VERSION,
@@ -290,7 +323,10 @@ class CheckpointManager:
             map_location=trainer.device,
             expect_resume_key=expect_resume_key,
         )
-        trainer.load_checkpoint_state(data.model_state, data.trainer_state)
+        if data.sharded is not None:
+            trainer.load_checkpoint_state({}, data.trainer_state, sharded=data.sharded)
+        else:
+            trainer.load_checkpoint_state(data.model_state, data.trainer_state)
         if data.rng is not None:
             set_rng_state(data.rng)
         return data

@@ -18,6 +18,17 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where trainer ranks meet: rank 0's address and port, this process's ranks."""
+
+    addr: str
+    port: int
+    rank: int
+    world_size: int
+    local_rank: int = 0
+
+
 @dataclass
 class DistInfo:
     rank: int
@@ -27,11 +38,14 @@ class DistInfo:
     owns_group: bool  # we created it, so we destroy it
 
 
-def init_distributed(device: str = "cpu", *, timeout_s: float = 1800.0) -> DistInfo:
+def init_distributed(
+    device: str = "cpu", *, timeout_s: float = 1800.0, rendezvous: Rendezvous | None = None
+) -> DistInfo:
     """Join (or create) the default process group.
 
-    Uses ``env://`` when launched with RANK/WORLD_SIZE/MASTER_ADDR (torchrun, runtime.execute),
-    else a single-process group over a temporary FileStore (no ports needed).
+    Uses ``rendezvous`` when given (rank 0 inside ``runtime.execute``), ``env://`` when
+    launched with RANK/WORLD_SIZE/MASTER_ADDR (the trainer-rank launcher, torchrun), else a
+    single-process group over a temporary FileStore (no ports needed).
     """
     backend = "nccl" if str(device).startswith("cuda") else "gloo"
     if dist.is_initialized():
@@ -41,6 +55,18 @@ def init_distributed(device: str = "cpu", *, timeout_s: float = 1800.0) -> DistI
     from datetime import timedelta
 
     timeout = timedelta(seconds=timeout_s)
+    if rendezvous is not None:
+        rv = rendezvous
+        if backend == "nccl":
+            torch.cuda.set_device(rv.local_rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{rv.addr}:{rv.port}",
+            rank=rv.rank,
+            world_size=rv.world_size,
+            timeout=timeout,
+        )
+        return DistInfo(rv.rank, rv.world_size, rv.local_rank, backend, owns_group=True)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))

@@ -3,25 +3,36 @@
 Microbatch is one packed row; gradients accumulate over all rows of the local share of the
 global batch, are summed over data-parallel ranks, clipped, and applied with AdamW. Weights
 and optimizer state stay fp32 (the master copy); on CUDA the forward runs under bf16 autocast.
+
+With several ranks the model is sharded by OLMo-core (FSDP2/HSDP, expert parallelism; see
+``runtime.trainer.parallel``). Rank 0 drives: each public method that needs every rank is a
+*collective op* that rank 0 first announces over a gloo control group; the other ranks sit
+in ``follow()`` and run the same method (``runtime.trainer.ranks`` starts them). Each rank
+takes its share of the batch (``runtime.trainer.split``) and runs as many rows as the busiest
+rank, padding with zero-weight rows, because every sharded forward is a collective.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 
 from runtime.models import LoadedModel, load_model, state_checksum
 
 from .distributed import (
     DistInfo,
+    Rendezvous,
     all_reduce_grads_,
     all_reduce_scalars,
     init_distributed,
@@ -29,8 +40,10 @@ from .distributed import (
 )
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
 from .packing import IGNORE, PackedRow, pack_samples
+from .parallel import clip_grad_norm_, full_tensor, parallelize, plan_mesh
 from .replay import REDUCTIONS, as_routed_experts, moe_routers, router_losses, router_tap
 from .schedule import lr_multiplier
+from .split import split_indices
 from .types import Sample
 
 DEFAULT_PACKING_MAX_TOKENS = 8192
@@ -67,6 +80,9 @@ class TrainerConfig:
     hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint (model.hf_template)
     fp32_lm_head: bool = False  # LM head (and logits) in float32 under bf16 autocast
     row_specialization: str = "dynamic"  # packed rows sized to their samples (only value)
+    world_size: int = 1  # the compiled trainer world; the process group must match it
+    nodes: int = 1  # trainer nodes (HSDP replicates across them)
+    max_row_tokens: int | None = None  # the longest row (fixes MoE capacity under EP)
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
@@ -116,6 +132,13 @@ class TrainerConfig:
             fp32_lm_head=bool(trainer.get("fp32_lm_head", False)),
             hf_template=model.get("hf_template"),
             row_specialization=str(trainer.get("row_specialization") or "dynamic"),
+            world_size=trainer_world_size(manifest),
+            nodes=int(trainer.get("nodes", 1) or 1),
+            max_row_tokens=max(
+                int(trainer.get("packing_max_tokens") or 0),
+                int(c.get("inference", {}).get("max_context_length") or 0),
+            )
+            or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +174,40 @@ def _min_lr_ratio(opt: dict[str, Any]) -> float:
     return min_lr / lr if lr > 0 else 0.0
 
 
+def trainer_world_size(manifest: dict[str, Any]) -> int:
+    """The compiled trainer world (``plan.placement.trainer.world_size``), 1 when absent."""
+    plan = manifest.get("plan") or {}
+    trainer = (plan.get("placement") or {}).get("trainer") or {}
+    return int(trainer.get("world_size") or 1)
+
+
+CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
+
+
+def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a Trainer method every rank runs: rank 0 announces it to the followers first
+    (only for the outermost call; ops nested in ops are already announced)."""
+
+    @functools.wraps(fn)
+    def op(self: Trainer, *args: Any, **kwargs: Any) -> Any:
+        if self._depth == 0 and self.world_size > 1 and self.rank == 0:
+            if self.peer_check is not None:
+                self.peer_check()
+            dist.broadcast_object_list([(fn.__name__, args, kwargs)], src=0, group=self.control)
+        self._depth += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            self._depth -= 1
+
+    return op
+
+
+def _filler_rows() -> list[PackedRow]:
+    """A two-token row that trains nothing: keeps a rank in step with busier ranks."""
+    return pack_samples([Sample([0], [0], 0.0, loss_mask=[0])], None)
+
+
 def _token_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -171,14 +228,24 @@ def _response_count(row: PackedRow) -> int:
 class Trainer:
     """GRPO trainer over an OLMo-core model (see module docstring)."""
 
-    def __init__(self, cfg: TrainerConfig, *, loaded: LoadedModel | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        *,
+        loaded: LoadedModel | None = None,
+        rendezvous: Rendezvous | None = None,
+    ) -> None:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
-        if cfg.expert_parallel != 1:
-            raise NotImplementedError(
-                "expert parallelism > 1 is not implemented in the trainer yet"
+        self._depth = 0
+        self.peer_check: Callable[[], None] | None = None  # rank 0: raises if a rank died
+        self.after_close: Callable[[], None] | None = None  # rank 0: reap the rank processes
+        self.dist: DistInfo = init_distributed(cfg.device, rendezvous=rendezvous)
+        if self.dist.world_size % cfg.expert_parallel:
+            raise ValueError(
+                f"trainer.expert_parallel = {cfg.expert_parallel} does not divide the "
+                f"trainer world of {self.dist.world_size} rank(s)"
             )
-        self.dist: DistInfo = init_distributed(cfg.device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", self.dist.local_rank)
         torch.manual_seed(cfg.seed)
@@ -206,6 +273,23 @@ class Trainer:
         if cfg.activation_recompute:
             self._apply_activation_recompute()
         self.model.to(self.device)
+        autocast = (
+            cfg.bf16_autocast if cfg.bf16_autocast is not None else self.device.type == "cuda"
+        )
+        self.autocast_dtype = torch.bfloat16 if autocast else None
+        self.mesh: Any = None
+        self.control: Any = None
+        if self.world_size > 1:
+            self.mesh = parallelize(
+                self.model,
+                plan_mesh(self.world_size, cfg.nodes, cfg.expert_parallel),
+                self.device,
+                param_dtype=self.autocast_dtype,
+                max_row_tokens=cfg.max_row_tokens
+                or cfg.packing_max_tokens
+                or DEFAULT_PACKING_MAX_TOKENS,
+            )
+            self.control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in self.params if p.ndim >= 2]
         no_decay = [p for p in self.params if p.ndim < 2]
@@ -217,7 +301,8 @@ class Trainer:
             lr=cfg.lr,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps,
-            foreach=self.device.type == "cuda",
+            # experts and the rest are sharded over different meshes: no fused multi-tensor step
+            foreach=self.device.type == "cuda" and cfg.expert_parallel == 1,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
@@ -230,10 +315,6 @@ class Trainer:
         )
         self.step = 0
         self.policy_version = 0
-        autocast = (
-            cfg.bf16_autocast if cfg.bf16_autocast is not None else self.device.type == "cuda"
-        )
-        self.autocast_dtype = torch.bfloat16 if autocast else None
 
     # ------------------------------------------------------------------ setup helpers
     def _configure_router_losses(self) -> None:
@@ -281,6 +362,32 @@ class Trainer:
     @property
     def world_size(self) -> int:
         return self.dist.world_size
+
+    def local_share(self, samples: Sequence[Sample]) -> tuple[list[int], list[Sample]]:
+        """This rank's sample indices and samples (whole groups, balanced tokens)."""
+        mine = split_indices(samples, self.world_size)[self.rank]
+        return mine, [samples[i] for i in mine]
+
+    def _padded(self, rows: list[PackedRow]) -> list[PackedRow | None]:
+        """Rows plus ``None`` fillers up to the busiest rank's row count."""
+        if self.world_size == 1:
+            return list(rows)
+        most = all_reduce_scalars({"rows": float(len(rows))}, self.device, op="max")["rows"]
+        return [*rows, *([None] * (int(most) - len(rows)))]
+
+    def follow(self) -> None:
+        """Followers (rank > 0): run the ops rank 0 announces until it says ``close``."""
+        while True:
+            box: list[Any] = [None]
+            dist.broadcast_object_list(box, src=0, group=self.control)
+            name, args, kwargs = box[0]
+            if name == "close":
+                break
+            try:
+                getattr(self, name)(*args, **kwargs)
+            except Exception as exc:  # rank 0 fails the same op and decides
+                log.warning("trainer rank %d: %s failed: %s", self.rank, name, exc)
+        self.close()
 
     def topology(self) -> dict[str, Any]:
         return {
@@ -340,27 +447,49 @@ class Trainer:
         return logp, ent, pos, tap
 
     # ------------------------------------------------------------------ public API
+    @collective
     @torch.no_grad()
     def compute_logprobs(self, samples: Sequence[Sample]) -> list[torch.Tensor]:
-        """Per-sample logprobs (CPU fp32) of the response tokens under the current weights."""
+        """Per-sample logprobs (CPU fp32) of the response tokens under the current weights.
+
+        Several ranks: each scores its share, rank 0 gathers them (others return ``[]``)."""
         was_training = self.model.training
         self.model.eval()
-        out: list[torch.Tensor] = [torch.empty(0) for _ in samples]
+        mine, local = self.local_share(samples)
+        out: list[torch.Tensor] = [torch.empty(0) for _ in local]
         try:
-            for row in self._rows(samples):
+            for row in self._padded(self._rows(local)):
+                if row is None:
+                    self._forward_selected(self.model, _filler_rows()[0], want_entropy=False)
+                    continue
                 logp, _, pos, _ = self._forward_selected(self.model, row, want_entropy=False)
                 owners = row.sample_index.to(self.device).index_select(0, pos)
                 for i in row.samples:
                     out[i] = logp[owners == i].float().cpu()
         finally:
             self.model.train(was_training)
-        return out
+        if self.world_size == 1:
+            return out
+        parts: list[Any] = [None] * self.world_size if self.rank == 0 else []
+        dist.gather_object(
+            (mine, out), parts if self.rank == 0 else None, dst=0, group=self.control
+        )
+        if self.rank != 0:
+            return []
+        full: list[torch.Tensor] = [torch.empty(0) for _ in samples]
+        for idx, vals in parts:
+            for i, v in zip(idx, vals, strict=True):
+                full[i] = v
+        return full
 
+    @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """One optimizer step over this rank's share of the global batch; returns metrics."""
+        """One optimizer step over the global batch ``samples`` (every rank trains its share);
+        returns metrics reduced over ranks."""
         t0 = time.perf_counter()
         cfg = self.cfg.grpo
         self.model.train()
+        _, samples = self.local_share(samples)
         rows = self._rows(samples)
         local_tokens = float(sum(float(r.loss_mask.sum()) for r in rows))
         counts = all_reduce_scalars(
@@ -379,7 +508,13 @@ class Trainer:
         sums.update(mismatches=0.0, decisions=0.0, aux_loss=0.0, z_loss=0.0)
         ratio_max, ratio_min = -math.inf, math.inf
         seq_tokens = 0
-        for row in rows:
+        for padded in self._padded(rows):
+            if padded is None:  # keep in step with busier ranks; contributes nothing
+                filler = _filler_rows()[0]
+                logp, _, _, _ = self._forward_selected(self.model, filler, False)
+                (logp.sum() * 0.0).backward()
+                continue
+            row = padded
             logp, ent, pos, tap = self._forward_selected(
                 self.model, row, want_entropy, collect=want_aux or want_z
             )
@@ -415,11 +550,14 @@ class Trainer:
                     ratio_min = min(ratio_min, float(v))
                 else:
                     sums[k] += float(v)
-        all_reduce_grads_(self.params)
         grad_norm = float("nan")
-        if self.cfg.clip_grad:
+        if self.mesh is not None:  # FSDP summed the gradients over the ranks
+            grad_norm = clip_grad_norm_(self.params, self.cfg.clip_grad)
+        elif self.cfg.clip_grad:
+            all_reduce_grads_(self.params)  # a process group made outside (no-op for one rank)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad))
         else:
+            all_reduce_grads_(self.params)
             grads = [p.grad.detach().norm() for p in self.params if p.grad is not None]
             grad_norm = float(torch.stack(grads).norm()) if grads else 0.0
         lr = float(self.optimizer.param_groups[0]["lr"])
@@ -465,6 +603,8 @@ class Trainer:
             tokens_per_s=sums["seq_tokens"] / max(elapsed, 1e-9),
         )
         metrics.update(router_metrics)
+        metrics["trainer/world_size"] = float(self.world_size)
+        metrics["trainer/expert_parallel"] = float(self.cfg.expert_parallel)
         return metrics
 
     def _router_loss(
@@ -507,42 +647,91 @@ class Trainer:
             total = total + self.z_loss_coef * w * z
         return total
 
+    @collective
     def state_dict_for_publication(
         self, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
     ) -> dict[str, torch.Tensor]:
-        """Current weights under OLMo-core names (what ``load_model``/engines consume)."""
+        """Current weights under OLMo-core names (what ``load_model``/engines consume).
+
+        Sharded: each parameter is gathered in turn (a collective) and kept only on rank 0,
+        already in ``dtype`` on ``device``; the other ranks return ``{}`` and never hold more
+        than one full parameter."""
         out: dict[str, torch.Tensor] = {}
         for name, t in self.model.state_dict().items():
             name = name.replace("._checkpoint_wrapped_module", "")
-            t = t.detach()
+            t = full_tensor(t).detach()
+            if self.rank != 0:
+                continue
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
             out[name] = t.to(device)
         return out
 
+    @collective
     def publication_checksum(self, *, dtype: torch.dtype | None = None) -> str:
         return state_checksum(self.state_dict_for_publication(dtype=dtype))
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {
-            "optimizer": self.optimizer.state_dict(),
+        """Optimizer (unsharded trainer only), scheduler and counters."""
+        state: dict[str, Any] = {
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "policy_version": self.policy_version,
         }
+        if self.mesh is None:
+            state["optimizer"] = self.optimizer.state_dict()
+        return state
+
+    def save_sharded(self, path: Any) -> None:
+        """Every rank writes its shards of the model and optimizer (OLMo-core, DCP)."""
+        from olmo_core.distributed.checkpoint import save_model_and_optim_state
+
+        save_model_and_optim_state(str(path), self.model, self.optimizer, save_overwrite=True)
+
+    def load_sharded(self, path: Any) -> None:
+        from olmo_core.distributed.checkpoint import load_model_and_optim_state
+
+        load_model_and_optim_state(str(path), self.model, self.optimizer)
+
+    @collective
+    def save_checkpoint(self, manager: Any, step: int, **kwargs: Any) -> Any:
+        """``manager.save`` on every rank (a :class:`runtime.checkpoints.CheckpointManager`)."""
+        return manager.save(step, self, **kwargs)
+
+    @collective
+    def restore_checkpoint(self, manager: Any, **kwargs: Any) -> Any:
+        """``manager.restore`` on every rank; the data (cursor, extra) is rank 0's."""
+        return manager.restore(self, **kwargs)
 
     def load_checkpoint_state(
-        self, model_state: dict[str, torch.Tensor], trainer_state: dict[str, Any]
+        self,
+        model_state: dict[str, torch.Tensor],
+        trainer_state: dict[str, Any],
+        sharded: Any = None,
     ) -> None:
-        """Restore weights (OLMo-core names) and optimizer/scheduler/counters."""
-        target = self.model
-        own = {k.replace("._checkpoint_wrapped_module", ""): k for k in target.state_dict()}
-        mapped = {own.get(k, k): v for k, v in model_state.items()}
-        target.load_state_dict(mapped, strict=True)
-        self.optimizer.load_state_dict(trainer_state["optimizer"])
+        """Restore weights (OLMo-core names, or the ``sharded`` directory) and
+        optimizer/scheduler/counters."""
+        if sharded is not None:
+            self.load_sharded(sharded)
+        else:
+            target = self.model
+            own = {k.replace("._checkpoint_wrapped_module", ""): k for k in target.state_dict()}
+            mapped = {own.get(k, k): v for k, v in model_state.items()}
+            target.load_state_dict(mapped, strict=True)
+            self.optimizer.load_state_dict(trainer_state["optimizer"])
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         self.step = int(trainer_state["step"])
         self.policy_version = int(trainer_state["policy_version"])
 
     def close(self) -> None:
+        """Rank 0 releases the followers (they close too), then the group goes."""
+        if self.world_size > 1 and self.rank == 0 and self.control is not None:
+            try:
+                dist.broadcast_object_list([("close", (), {})], src=0, group=self.control)
+            except Exception as exc:  # a rank already gone: nothing to release
+                log.warning("trainer: could not release the other ranks: %s", exc)
+        self.control = None
         shutdown_distributed(self.dist)
+        if self.after_close is not None:
+            self.after_close()
+            self.after_close = None

@@ -1,0 +1,228 @@
+"""Trainer ranks: one process per trainer GPU (or per ``trainer.cpu_processes`` on CPU).
+
+``runtime.execute`` on a trainer node starts its ranks with torch.distributed.elastic's
+process machinery (the layer torchrun runs on: ``start_processes``, per-rank env, logs,
+failure reports). On node 0 the execute process itself is trainer rank 0, the driver of the
+GRPO loop; the other ranks run ``python -m runtime.trainer.ranks MANIFEST`` and follow rank 0
+over torch.distributed (``Trainer.follow``), nothing else between them.
+
+Interface for the node runner: :func:`lead_trainer` on node 0 (returns rank 0's Trainer),
+:func:`start_ranks` on the other trainer nodes (all their ranks follow), then
+``TrainerRanks.check``/``wait``/``close``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.api import PContext
+
+    from .trainer import Trainer
+
+DEFAULT_TRAINER_PORT = 29500  # on the leader when trainer ranks span several nodes
+
+
+class RankFailure(RuntimeError):
+    """A trainer rank process exited while the run needed it."""
+
+
+def trainer_port(nodes: int) -> int:
+    """The rendezvous port: a free loopback port on one node, a fixed one across nodes
+    (``RLC_TRAINER_PORT`` overrides it)."""
+    if os.environ.get("RLC_TRAINER_PORT"):
+        return int(os.environ["RLC_TRAINER_PORT"])
+    if nodes > 1:
+        return DEFAULT_TRAINER_PORT
+    from runtime.engines.process import free_port
+
+    return free_port()
+
+
+@dataclass
+class TrainerRanks:
+    """The rank processes this node started (possibly none)."""
+
+    ranks: list[int]
+    ctx: PContext | None
+    log_dir: Path
+    closed: bool = field(default=False)
+
+    def _failure(self) -> str | None:
+        if self.ctx is None:
+            return None
+        result = self.ctx.wait(timeout=0)
+        if result is None:
+            return None
+        if not result.failures:
+            return "exited before the run ended"
+        idx, fail = sorted(result.failures.items())[0]
+        rank = self.ranks[idx]
+        how = f"signal {-fail.exitcode}" if fail.exitcode < 0 else f"exit code {fail.exitcode}"
+        tail = _last_line(result.stderrs.get(idx, ""))
+        return f"trainer rank {rank} died ({how})" + (f": {tail}" if tail else "")
+
+    def check(self) -> None:
+        """Raise :class:`RankFailure` naming the first rank that is gone."""
+        problem = self._failure()
+        if problem:
+            raise RankFailure(problem)
+
+    def wait(self, poll_s: float = 1.0) -> int:
+        """Block until every rank exited; 0 when all exited cleanly."""
+        if self.ctx is None:
+            return 0
+        result = self.ctx.wait(timeout=-1, period=poll_s)
+        return 0 if result is None or not result.failures else 3
+
+    def close(self, timeout_s: int = 30) -> None:
+        """Give the ranks ``timeout_s`` to leave, then kill what is left."""
+        if self.ctx is not None and not self.closed:
+            self.closed = True
+            if self.ctx.wait(timeout=timeout_s) is None:
+                self.ctx.close(timeout=5)
+
+
+def _last_line(path: str) -> str:
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    return lines[-1][:300] if lines else ""
+
+
+def start_ranks(
+    manifest_path: str | Path,
+    *,
+    node_rank: int,
+    nprocs: int,
+    addr: str,
+    port: int,
+    world_size: int,
+    log_dir: str | Path,
+    device: str = "cpu",
+) -> TrainerRanks:
+    """Start this node's follower ranks: global ranks ``node_rank * nprocs + i``, except
+    rank 0 on node 0 (the calling process). Returns at once."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+    first = node_rank * nprocs
+    local = [i for i in range(nprocs) if first + i != 0]
+    logs = Path(log_dir)
+    if not local:
+        return TrainerRanks([], None, logs)
+    logs.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // nprocs) if device == "cpu" else None
+    envs: dict[int, dict[str, str]] = {}
+    args: dict[int, tuple[str, ...]] = {}
+    for idx, lr in enumerate(local):
+        env = {
+            "RANK": str(first + lr),
+            "LOCAL_RANK": str(lr),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(nprocs),
+            "GROUP_RANK": str(node_rank),
+            "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port),
+        }
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = str(threads)
+        envs[idx] = env
+        args[idx] = ("-m", "runtime.trainer.ranks", str(manifest_path))
+    ctx = start_processes(
+        name="trainer",
+        entrypoint=sys.executable,
+        args=args,
+        envs=envs,
+        logs_specs=DefaultLogsSpecs(log_dir=str(logs), redirects=Std.ALL),
+    )
+    return TrainerRanks([first + lr for lr in local], ctx, logs)
+
+
+def lead_trainer(
+    manifest: dict[str, Any],
+    manifest_path: str | Path,
+    log_dir: str | Path,
+    *,
+    leader_host: str = "127.0.0.1",
+) -> Trainer:
+    """Node 0: start the other ranks of this node and become trainer rank 0.
+
+    World 1 is the plain in-process trainer. The ranks are released and reaped by
+    ``Trainer.close``; ``leader_host`` is this node's address as the other nodes see it.
+    """
+    from .distributed import Rendezvous
+    from .trainer import Trainer, TrainerConfig
+
+    cfg = TrainerConfig.from_manifest(manifest)
+    if cfg.world_size == 1:
+        return Trainer(cfg)
+    nodes = max(cfg.nodes, 1)
+    addr = leader_host if nodes > 1 else "127.0.0.1"
+    port = trainer_port(nodes)
+    ranks = start_ranks(
+        manifest_path,
+        node_rank=0,
+        nprocs=cfg.world_size // nodes,
+        addr=addr,
+        port=port,
+        world_size=cfg.world_size,
+        log_dir=log_dir,
+        device=cfg.device,
+    )
+    try:
+        trainer = Trainer(cfg, rendezvous=Rendezvous(addr, port, 0, cfg.world_size))
+    except BaseException:
+        ranks.close(timeout_s=1)
+        raise
+    trainer.peer_check = ranks.check
+    trainer.after_close = ranks.close
+    return trainer
+
+
+def follow(manifest_path: str) -> int:
+    """A follower rank: build the same trainer, then run what rank 0 announces."""
+    from runtime.execute import ManifestError, load_verified_manifest
+
+    from .trainer import Trainer, TrainerConfig
+
+    try:
+        manifest = load_verified_manifest(manifest_path)
+    except ManifestError as exc:
+        print(f"rlc: error: {exc}", file=sys.stderr)
+        return 2
+    trainer = Trainer(TrainerConfig.from_manifest(manifest))
+    trainer.follow()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m runtime.trainer.ranks",
+        description="a follower trainer rank (started by runtime.execute)",
+    )
+    ap.add_argument("manifest")
+    args = ap.parse_args(argv)
+    try:
+        return follow(args.manifest)
+    except Exception as exc:  # one line: the leader reports this rank's exit
+        if os.environ.get("RLC_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        print(
+            f"rlc: trainer rank {os.environ.get('RANK')}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
