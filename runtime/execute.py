@@ -133,6 +133,7 @@ class NodeRunner:
         self.gen_url = ""
         self.publisher: Any = None  # set by the trainer node; dead engines are dropped from it
         self.prompts: tuple[Any, dict[str, Any]] | None = None  # (sampler, id -> prompt)
+        self.on_close: list[Any] = []  # e.g. the trainer: releases its other ranks
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -280,6 +281,8 @@ class NodeRunner:
         self.compiler_cache.start_publisher()
         if not self.roles.trainer:
             return self._serve_only()
+        if self.ident.rank != min(cfg.placement.trainer_nodes):
+            return self._follow_trainer()
         self.wait_remote_engines()
         from runtime.rollout.driver import train
 
@@ -293,7 +296,38 @@ class NodeRunner:
             time.sleep(1.0)
         return None
 
+    def _follow_trainer(self) -> None:
+        """A trainer node after the first: its ranks follow trainer rank 0 (on node 0)."""
+        from runtime.trainer.ranks import start_ranks, trainer_port
+
+        cfg, plan = self.cfg, self.cfg.placement
+        nodes = len(plan.trainer_nodes)
+        world = int((plan.raw.get("trainer") or {}).get("world_size") or 1)
+        ranks = start_ranks(
+            cfg.manifest_path or "",
+            node_rank=plan.trainer_nodes.index(self.ident.rank),
+            nprocs=world // nodes,
+            addr=self.ident.leader_host,
+            port=trainer_port(nodes),
+            world_size=world,
+            log_dir=cfg.paths.root / "logs" / f"trainer-ranks-node{self.ident.rank}",
+            device=cfg.trainer.device,
+        )
+        self.on_close.append(ranks.close)
+        while not self.stop:
+            self.health_check()
+            if ranks.ctx is None or ranks.ctx.wait(timeout=0) is not None:
+                break
+            time.sleep(1.0)
+        ranks.check(clean_exit_ok=True)  # a rank that failed fails this node
+        return None
+
     def close(self) -> None:
+        for fn in reversed(self.on_close):
+            try:
+                fn()
+            except Exception as exc:  # the rest must still be taken down
+                print(f"rlc: warning: shutdown: {exc}", file=sys.stderr)
         self.sup.shutdown()
         self.compiler_cache.close()
 

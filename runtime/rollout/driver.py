@@ -179,10 +179,15 @@ class TrainerAdapter:
         self.inner.close()
 
 
-def _make_trainer(cfg: RunConfig) -> TrainerAdapter:
-    from runtime.trainer.trainer import Trainer, TrainerConfig
+def _make_trainer(cfg: RunConfig, leader_host: str = "127.0.0.1") -> TrainerAdapter:
+    """Trainer rank 0; with a larger trainer world its other ranks start here too."""
+    from runtime.trainer.ranks import lead_trainer
 
-    return TrainerAdapter(Trainer(TrainerConfig.from_manifest({"config": cfg.config})))
+    manifest = {"config": cfg.config, "plan": {"placement": cfg.placement.raw}}
+    log_dir = cfg.paths.root / "logs" / "trainer-ranks"
+    return TrainerAdapter(
+        lead_trainer(manifest, cfg.manifest_path or "", log_dir, leader_host=leader_host)
+    )
 
 
 def _make_generator(
@@ -330,9 +335,9 @@ def _make_saver(cfg: RunConfig, trainer: TrainerAdapter) -> Callable[[LoopState]
 
     def save(state: LoopState) -> float:
         t0 = time.monotonic()
-        manager.save(
+        trainer.inner.save_checkpoint(
+            manager,
             state.collection,
-            trainer.inner,
             extra=_loop_state_dict(state, cfg),
             digest=cfg.digest,
             resume_key=resume_key(cfg.config),
@@ -353,8 +358,8 @@ def _try_resume(
     """
     if mode == "never":
         return None
-    data = _manager(cfg).restore(
-        trainer.inner, expect_digest=cfg.digest, expect_resume_key=resume_key(cfg.config)
+    data = trainer.inner.restore_checkpoint(
+        _manager(cfg), expect_digest=cfg.digest, expect_resume_key=resume_key(cfg.config)
     )
     if data is None:
         if mode == "required":
@@ -390,7 +395,8 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     cfg = runner.cfg
     log = _logger(runner)
     sampler, by_id = runner.prompts if runner.prompts is not None else _make_data(cfg)
-    trainer = _make_trainer(cfg)
+    trainer = _make_trainer(cfg, runner.ident.leader_host)
+    runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     tokenizer = trainer.tokenizer
     transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))
     publisher = make_publisher(

@@ -99,7 +99,8 @@ def _merge_train_metrics(steps: list[dict[str, Any]]) -> dict[str, Any]:
     for k in sorted(keys):
         vals = [m[k] for m in steps if isinstance(m.get(k), int | float)]
         if vals:
-            out[k if k.startswith("train/") else f"train/{k}"] = _mean([float(v) for v in vals])
+            keep = k.startswith(("train/", "trainer/"))  # trainer/: the topology, as is
+            out[k if keep else f"train/{k}"] = _mean([float(v) for v in vals])
     return out
 
 

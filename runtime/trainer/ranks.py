@@ -54,23 +54,24 @@ class TrainerRanks:
     log_dir: Path
     closed: bool = field(default=False)
 
-    def _failure(self) -> str | None:
+    def _failure(self, clean_exit_ok: bool) -> str | None:
         if self.ctx is None:
             return None
         result = self.ctx.wait(timeout=0)
         if result is None:
             return None
         if not result.failures:
-            return "exited before the run ended"
+            return None if clean_exit_ok else "trainer ranks exited before the run ended"
         idx, fail = sorted(result.failures.items())[0]
         rank = self.ranks[idx]
         how = f"signal {-fail.exitcode}" if fail.exitcode < 0 else f"exit code {fail.exitcode}"
         tail = _last_line(result.stderrs.get(idx, ""))
         return f"trainer rank {rank} died ({how})" + (f": {tail}" if tail else "")
 
-    def check(self) -> None:
-        """Raise :class:`RankFailure` naming the first rank that is gone."""
-        problem = self._failure()
+    def check(self, clean_exit_ok: bool = False) -> None:
+        """Raise :class:`RankFailure` naming the first rank that is gone (failed, or any
+        exit unless ``clean_exit_ok``)."""
+        problem = self._failure(clean_exit_ok)
         if problem:
             raise RankFailure(problem)
 
@@ -131,6 +132,7 @@ def start_ranks(
             "GROUP_RANK": str(node_rank),
             "MASTER_ADDR": addr,
             "MASTER_PORT": str(port),
+            "TORCHELASTIC_RUN_ID": f"node{node_rank}",  # names the log directory
         }
         if threads is not None:
             env["OMP_NUM_THREADS"] = str(threads)

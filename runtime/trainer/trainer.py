@@ -197,6 +197,10 @@ def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
         self._depth += 1
         try:
             return fn(self, *args, **kwargs)
+        except Exception:
+            if self.peer_check is not None:  # a lost rank is the cause: name it
+                self.peer_check()
+            raise
         finally:
             self._depth -= 1
 
