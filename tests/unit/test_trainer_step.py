@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -149,46 +146,3 @@ def test_from_manifest_maps_fields() -> None:
     assert cfg.grpo.eps_clip_high == 0.3 and cfg.grpo.kl_coef == 0.05
     assert cfg.grpo.off_policy_correction == "tis" and cfg.grpo.tis_clip == 3.0
     assert cfg.sequence_packing is False and cfg.architecture == "dense"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# linear-in-gradient step (see the packing test) so float summation order cannot flip signs
-DP_CFG = TrainerConfig(lr=1.0, adam_eps=1.0, seed=5, packing_max_tokens=64, clip_grad=1.0)
-
-
-def _dp_worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
-    tr = Trainer(DP_CFG)
-    samples = _batch(tr.loaded.tokenizer, seed=2)
-    # uneven split on purpose: rank 0 gets more rows than rank 1
-    mine = samples[:8] if rank == 0 else samples[8:]
-    m = tr.train_step(mine)
-    torch.save({"params": _params(tr), "metrics": m}, os.path.join(out_dir, f"r{rank}.pt"))
-    tr.close()
-
-
-@pytest.mark.slow
-def test_two_rank_data_parallel_equals_single_process(tmp_path) -> None:
-    import torch.multiprocessing as mp
-
-    mp.spawn(_dp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    r0 = torch.load(tmp_path / "r0.pt")
-    r1 = torch.load(tmp_path / "r1.pt")
-    assert _max_diff(r0["params"], r1["params"]) == 0.0  # replicas stay identical
-    single = Trainer(DP_CFG)
-    m = single.train_step(_batch(single.loaded.tokenizer, seed=2))
-    assert _max_diff(r0["params"], _params(single)) < 1e-6
-    assert r0["metrics"]["samples"] == m["samples"]
-    assert r0["metrics"]["grad_norm"] == pytest.approx(m["grad_norm"], rel=1e-5)
