@@ -106,7 +106,7 @@ def suggest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Did-you-mean candidates for an unknown name."""
     import difflib  # lazily: ~15 ms of start-up that only error paths need
 
-    pool = list(candidates)
+    pool = [c for c in candidates if c != name]  # never suggest what was written
     found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
     if not found:
         low = name.lower()

@@ -38,6 +38,7 @@ def explain_field(doc: FieldDoc, via_alias: str | None = None) -> str:
         lines.append("  aliases:     " + ", ".join(doc.aliases))
     if doc.note:
         lines.append(f"  note:        {doc.note}")
+    lines.extend(_variant_lines(doc.path))
     rules = rules_mentioning(_rules(), doc.path.replace("[]", ".0"))
     if rules:
         lines.append("  rules:")
@@ -45,6 +46,58 @@ def explain_field(doc: FieldDoc, via_alias: str | None = None) -> str:
             lines.append(f"    {rule.id:<34} {rule.severity:<8} {rule.message}")
         lines.append("  (`rlc explain RULE-ID` shows a rule in full)")
     return "\n".join(lines)
+
+
+def _variant_lines(path: str) -> list[str]:
+    """Every variant of a discriminated section (``judges``: managed / external), with the
+    keys each one takes; nothing for other fields."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from compiler.reference import _list_models, _map_value_models, _submodels
+    from compiler.spec import Spec
+
+    model: Any = Spec
+    info = None
+    for part in path.replace("[]", "").split("."):
+        if part in ("NAME", "VERIFIER", "KEY"):
+            continue
+        fields = model.model_fields
+        match = next((f for n, f in fields.items() if (f.alias or n) == part), None)
+        if match is None:
+            return []
+        info = match
+        subs = (
+            _submodels(info.annotation)
+            or _map_value_models(info.annotation)
+            or _list_models(info.annotation)
+        )
+        if len(subs) != 1:
+            break
+        model = subs[0]
+    if info is None:
+        return []
+    variants = (
+        _submodels(info.annotation)
+        or _map_value_models(info.annotation)
+        or _list_models(info.annotation)
+    )
+    if len(variants) < 2:
+        return []
+    lines = ["  variants:"]
+    for v in variants:
+        assert issubclass(v, BaseModel)
+        tags = [
+            f"{n} = {json.dumps(typing.get_args(f.annotation)[0])}"
+            for n, f in v.model_fields.items()
+            if typing.get_origin(f.annotation) is typing.Literal
+            and len(typing.get_args(f.annotation)) == 1
+            and f.is_required()
+        ]
+        keys = ", ".join(f.alias or n for n, f in v.model_fields.items())
+        lines.append(f"    {' '.join(tags) or v.__name__}: {keys}")
+    return lines
 
 
 def explain_name(name: str) -> str:

@@ -121,7 +121,10 @@ def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
     mlp = experts * (3 * d * inter + d) if experts else 3 * d * inter
     embed = vocab * d * (1 if cfg.get("tie_word_embeddings") else 2)
     params = embed + layers * (attn + mlp + 2 * d) + d
-    return {"params": params, "layers": layers, "hidden": d, "kv_heads": kv, "head_dim": head_dim}
+    out = {"params": params, "layers": layers, "hidden": d, "kv_heads": kv, "head_dim": head_dim}
+    if experts:
+        out["experts"] = experts
+    return out
 
 
 def _has_weights(path: str) -> bool:

@@ -66,8 +66,9 @@ class CompileResult:
 class ResolvedView:
     """The rules' view of a resolved config: config paths, ``plan.*`` and ``facts.*``."""
 
-    def __init__(self, resolved: Any):
+    def __init__(self, resolved: Any, bound: Any = None):
         self.r = resolved
+        self.bound = bound  # for section headers: a rule `at data` points at `[data]`
 
     def get(self, path: str) -> Any:
         from compiler.rules import UNSET
@@ -95,6 +96,11 @@ class ResolvedView:
             span: Span | None = self.r.fact_spans.get(path)
             return span
         span = self.r.spans.get(path)
+        if span is None and "." not in path and self.bound is not None:
+            found = self.bound.writer((path,))
+            if found is not None:
+                header: Span | None = found[1].key_span
+                return header
         if span is None:
             prefix = path + "."
             for p, s in self.r.spans.items():
@@ -351,7 +357,8 @@ def check(resolved: Any, result: CompileResult | None = None) -> list[Diagnostic
     ruleset = load_rules(rules_dir(), known_fields(resolved))
     if result is not None:
         result.ruleset = ruleset
-    out = [f.to_diagnostic() for f in evaluate(ruleset, ResolvedView(resolved))]
+    bound = result.bound if result is not None else None
+    out = [f.to_diagnostic() for f in evaluate(ruleset, ResolvedView(resolved, bound))]
     if result is not None:
         # a finding about defaults and plan values alone still points into the spec: its top
         start = Span(result.source_path, 1, 1, 1, 2)

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -99,6 +100,19 @@ def _walk_tree(tree: Any, value: dict[str, Any], prefix: str, out: list[str]) ->
             _walk_tree(sub, value[key], f"{prefix}.{key}", out)
         else:
             out.append(f"{prefix}.{key}")
+
+
+_TTL_COMPONENT = re.compile(r"tmp-[0-9]+[hdwmy]")
+
+
+def _credential_like(key: str) -> bool:
+    """A key that names a credential (api_key, auth_token, password, ...)."""
+    from compiler.spec.constants import CREDENTIAL_NAMES
+
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", key.upper()) if w]
+    return bool(words) and (
+        words[-1] in CREDENTIAL_NAMES or "_".join(words[-2:]) in CREDENTIAL_NAMES
+    )
 
 
 def _builtin_base(source: str) -> str | None:
@@ -615,6 +629,40 @@ class _Resolver:
         if dup:
             idx = [i for i, t in enumerate(tasks) if t == dup[0]][1]
             self._fact_span(spans, "facts.duplicate_tasks", ("data", "tasks", idx, "task"))
+        names = [e["name"] for e in c["data"]["eval"]]
+        dup_sets = sorted({n for n in names if names.count(n) > 1})
+        if dup_sets:
+            idx = [i for i, n in enumerate(names) if n == dup_sets[0]][1]
+            self._fact_span(spans, "facts.duplicate_eval_sets", ("data", "eval", idx, "name"))
+        ev_tasks = [t["task"] for t in c["evaluation"]["tasks"]]
+        dup_ev = sorted({t for t in ev_tasks if ev_tasks.count(t) > 1})
+        if dup_ev:
+            idx = [i for i, t in enumerate(ev_tasks) if t == dup_ev[0]][1]
+            self._fact_span(
+                spans, "facts.duplicate_eval_tasks", ("evaluation", "tasks", idx, "task")
+            )
+        cred_keys = []
+        for i, t in enumerate(c["evaluation"]["tasks"]):
+            for table in ("generation", "scoring"):
+                for key in t[table]:
+                    if _credential_like(str(key)):
+                        cred_keys.append(f"evaluation.tasks[{i}].{table}.{key}")
+                        self._fact_span(
+                            spans,
+                            "facts.eval_credential_keys",
+                            ("evaluation", "tasks", i, table, key),
+                            key=True,
+                        )
+        cache_root = c["compiler_cache"]["shared_root"]
+        cache_no_ttl = bool(
+            cache_root
+            and cache_root.startswith("/weka/")
+            and not any(_TTL_COMPONENT.fullmatch(part) for part in cache_root.split("/"))
+        )
+        if cache_no_ttl:
+            self._fact_span(
+                spans, "facts.compiler_cache_root_without_ttl", ("compiler_cache", "shared_root")
+            )
         ev = c["evaluation"]
         background_fields = [k for k in ("image", "revision") if ev[k] is not None]
         if ev["tasks"]:
@@ -658,6 +706,11 @@ class _Resolver:
                 "rubric_over_context": over,
                 "yarn_misuse": yarn,
                 "duplicate_tasks": dup,
+                "duplicate_eval_sets": dup_sets,
+                "duplicate_eval_tasks": dup_ev,
+                "eval_credential_keys": cred_keys,
+                "compiler_cache_root_without_ttl": cache_no_ttl,
+                "num_experts": self._num_experts(),
                 "background_only_fields": background_fields,
                 "eval_reserved_server_args": bad_args,
                 "output_root_system": root_system,
@@ -668,6 +721,22 @@ class _Resolver:
             },
             spans,
         )
+
+    def _num_experts(self) -> int:
+        """Experts per MoE layer (0: dense or unknown): builtin table / override, or the
+        readable checkpoint's config."""
+        from compiler.spec.constants import BUILTIN_MODELS
+
+        source = self.config["model"]["source"]
+        if source.startswith("builtin:"):
+            base, _, query = source.removeprefix("builtin:").partition("?")
+            for part in filter(None, query.split("&")):
+                key, _, value = part.partition("=")
+                if key == "num_experts" and value.isdigit():
+                    return int(value)
+            experts: Any = BUILTIN_MODELS.get(base, {}).get("experts", 0)
+            return int(experts)
+        return int(self.source_info.shape.get("experts", 0))
 
     def _source_facts(self) -> dict[str, Any]:
         """What the readable checkpoint says (all empty when it is not readable)."""

@@ -21,7 +21,7 @@ from compiler.diagnostics import Span
 from compiler.rules import expr as ex
 from compiler.rules.functions import FUNCTIONS
 
-FORMAT = "rlc-rules-cache-1"
+FORMAT = "rlc-rules-cache-2"  # 2: rules carry a parsed help template
 
 
 @cache

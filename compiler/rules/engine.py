@@ -94,6 +94,7 @@ class Finding:
     message: str
     locations: tuple[tuple[str, Span | None], ...]  # (field, span) for each `at` field
     values: tuple[tuple[str, Any], ...]  # (field, value) for each `at` field
+    help: str | None = None  # rendered help (None: the rule has none)
 
     @property
     def severity(self) -> str:
@@ -126,14 +127,14 @@ class Finding:
             message=self.message,
             span=primary,
             secondary=secondary,
-            help=(self.rule.help,) if self.rule.help else (),
+            help=(self.help,) if self.help else (),
             notes=tuple(notes),
         )
 
 
-def render_message(rule: Rule, ctx: ex.Context) -> str:
+def render_message(rule: Rule, ctx: ex.Context, parts: Any = None) -> str:
     out: list[str] = []
-    for part in rule.template:
+    for part in rule.template if parts is None else parts:
         if isinstance(part, str):
             out.append(part)
         else:
@@ -159,6 +160,7 @@ def _finding(rule: Rule, ctx: _Memo) -> Finding:
     return Finding(
         rule=rule,
         message=render_message(rule, ctx),
+        help=render_message(rule, ctx, rule.help_template) if rule.help_template else rule.help,
         locations=tuple((f, ctx.view.span(f)) for f in fields),
         values=tuple((f, ctx.get(f)) for f in fields),
     )

@@ -65,6 +65,8 @@ class Rule:
     when: ex.Node = field(repr=False)
     template: tuple[str | ex.Node, ...] = field(repr=False)
     path_refs: tuple[ex.PathRef, ...] = field(repr=False)
+    # `help` with its {expr} parts parsed like the message's (empty: no help)
+    help_template: tuple[str | ex.Node, ...] = field(default=(), repr=False)
 
     @property
     def source(self) -> str:
@@ -377,10 +379,11 @@ class _Builder:
                 "rules-bad-message", f"rule {rule_id!r} has an empty message", message_span
             )
         template = self.template(message, message_span)
+        help_template = self.template(values["help"], id_span) if values.get("help") else ()
         when: ex.Node = values["when"]
         at_refs: list[ex.PathRef] = values.get("at", [])
         refs = ex.paths_in(when) + list(at_refs)
-        for part in template:
+        for part in (*template, *help_template):
             if isinstance(part, ex.Node):
                 refs.extend(ex.paths_in(part))
         mentioned = tuple(dict.fromkeys(r.path for r in refs))
@@ -399,6 +402,7 @@ class _Builder:
             when=when,
             template=template,
             path_refs=tuple(refs),
+            help_template=help_template,
         )
 
 
@@ -537,6 +541,10 @@ def rule_to_record(rule: Rule) -> dict[str, Any]:
             for p in rule.template
         ],
         "path_refs": [rules_cache.node_to_data(r) for r in rule.path_refs],
+        "help_template": [
+            p if isinstance(p, str) else {"node": rules_cache.node_to_data(p)}
+            for p in rule.help_template
+        ],
     }
 
 
@@ -560,6 +568,10 @@ def rule_from_record(d: dict[str, Any], source: str) -> Rule:
             for p in d["template"]
         ),
         path_refs=tuple(r for r in refs if isinstance(r, ex.PathRef)),
+        help_template=tuple(
+            p if isinstance(p, str) else rules_cache.node_from_data(p["node"], source)
+            for p in d.get("help_template", ())
+        ),
     )
 
 

@@ -28,6 +28,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "description": "4-layer dense model with the builtin tokenizer (CPU experiments)",
     },
     "tiny-hybrid-moe": {
+        "experts": 4,
         "architecture": "hybrid_moe",
         "params": 3_000_000,
         "layers": 2,
@@ -38,6 +39,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "description": "2-layer hybrid MoE toy model (dense and MoE blocks)",
     },
     "tiny-moe": {
+        "experts": 4,
         "architecture": "moe",
         "params": 3_000_000,
         "layers": 2,
@@ -68,6 +70,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "description": "Olmo 3 architecture at 1B parameters, random init",
     },
     "smallmoe": {
+        "experts": 32,
         "architecture": "moe",
         "params": 1_000_000_000,
         "active_params": 250_000_000,
@@ -76,9 +79,10 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "kv_heads": 8,
         "head_dim": 128,
         "vocab": 100_352,
-        "description": "OLMoE-style small MoE (16 experts, top-4), random init",
+        "description": "OLMoE-style small MoE (32 experts, top-4), random init",
     },
     "small-hybrid-moe": {
+        "experts": 32,
         "architecture": "hybrid_moe",
         "params": 1_200_000_000,
         "active_params": 300_000_000,

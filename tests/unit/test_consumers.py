@@ -129,3 +129,33 @@ def test_consumer_is_real(path: str, kind: str, target: str) -> None:
         obj = obj.fget
     source = inspect.getsource(obj)
     assert re.search(rf"\b{re.escape(leaf)}\b", source), f"{path}: {target} does not read {leaf!r}"
+
+
+_SECTIONS = (
+    "model|data|output|launch|training|trainer|inference|optimizer|async|checkpoint|rewards|"
+    "judges|rubrics|judging|evaluation|tracking|compiler_cache|runtime|native"
+)
+
+
+def test_rule_texts_name_only_fields_that_exist() -> None:
+    """Messages and help lines point users at real fields (a renamed field is caught)."""
+    fields = spec_fields()
+    prefixes = {".".join(f.split(".")[:i]) for f in fields for i in range(1, f.count(".") + 2)}
+    bad = []
+    for rule_id, text in sorted(_rule_ids().items()):
+        for line in text.splitlines():
+            line = line.strip()
+            if not line.startswith(("error ", "warning ", "help ")):
+                continue
+            for ref in re.findall(
+                rf"(?<![\w.{{])(?:{_SECTIONS})\.[a-z_][a-z0-9_.]*[a-z0-9_]", line
+            ):
+                parts = [p for p in ref.split(".") if p]
+                candidates = {
+                    ".".join(parts),
+                    ".".join(p if i != 1 else "*" for i, p in enumerate(parts)),
+                    ".".join(parts[:1] + ["[]"] + parts[1:]),
+                }
+                if not candidates & prefixes:
+                    bad.append(f"{rule_id}: {ref}")
+    assert not bad, f"rule texts name fields that do not exist: {bad}"

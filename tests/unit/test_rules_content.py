@@ -6,6 +6,7 @@ the diagnostic must point at.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "data-selector-missing",
-        "[data]\nseed = 1  # <-\n",
+        "[data]  # <-\nseed = 1\n",  # the [data] header, not a key inside it
         '[data]\nseed = 1\n[[data.tasks]]\ntask = "arithmetic"\n',
     ),
     (
@@ -571,6 +572,43 @@ CASES: list[tuple[str, str, str]] = [
         '[evaluation]\nmode = "background"  # <-\nimage = "01JABCDEFGHJKMNPQRSTVWXYZ0"\n',
         EVAL_BG,
     ),
+    # reference rules carried over with the contract
+    (
+        "eval-set-names-unique",
+        '[[data.eval]]\nname = "a"\npath = "x.jsonl"\n[[data.eval]]\nname = "a"  # <-\npath = "y.jsonl"\n',
+        '[[data.eval]]\nname = "a"\npath = "x.jsonl"\n[[data.eval]]\nname = "b"\npath = "y.jsonl"\n',
+    ),
+    (
+        "background-eval-tasks-unique",
+        EVAL_BG + '[[evaluation.tasks]]\ntask = "gsm8k"  # <-\n',
+        EVAL_BG + '[[evaluation.tasks]]\ntask = "math"\n',
+    ),
+    (
+        "eval-task-credentials",
+        EVAL_BG.replace(
+            'task = "gsm8k"\n',
+            'task = "gsm8k"\n[evaluation.tasks.generation]\napi_key = "x"  # <-\n',
+        ),
+        EVAL_BG.replace(
+            'task = "gsm8k"\n', 'task = "gsm8k"\n[evaluation.tasks.generation]\ntemperature = 0.5\n'
+        ),
+    ),
+    (
+        "background-eval-shared-root",
+        '[output]\nroot = "out"  # <-\n' + EVAL_BG,
+        '[output]\nroot = "/weka/oe-training-default/x"\n[[launch.weka_mounts]]\n'
+        'weka = "oe-training-default"\nmount_path = "/weka/oe-training-default"\n' + EVAL_BG,
+    ),
+    (
+        "expert-parallel-divides-experts",
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 3\nexpert_parallel = 3  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\ncpu_processes = 2\nexpert_parallel = 2\n',
+    ),
+    (
+        "compiler-cache-weka-ttl",
+        GPU + '[compiler_cache]\nshared_root = "/weka/oe-training-default/cache"  # <-\n',
+        GPU + '[compiler_cache]\nshared_root = "/weka/oe-training-default/cache/tmp-7d"\n',
+    ),
     # the contract: values the runtime does not honour yet
     (
         "training-algorithm-opd",
@@ -668,6 +706,9 @@ def test_rule(tmp_path: Path, code: str, bad: str, good: str) -> None:
     assert result.bound is not None and result.bound.spec is not None, (
         "the trigger must bind cleanly"
     )
+    for d in hits:  # every template placeholder was rendered
+        for text in (d.message, *d.help):
+            assert not re.search(r"\{[A-Za-z_][\w.]*[^}]*\}", text), f"{code}: unrendered {text!r}"
 
     path, _ = write_spec(tmp_path, good, "good.toml")
     result = compile_spec(str(path))
