@@ -39,6 +39,7 @@ def explain_field(doc: FieldDoc, via_alias: str | None = None) -> str:
     if doc.note:
         lines.append(f"  note:        {doc.note}")
     lines.extend(_variant_lines(doc.path))
+    lines.extend(_consumer_lines(doc.path))
     rules = rules_mentioning(_rules(), doc.path.replace("[]", ".0"))
     if rules:
         lines.append("  rules:")
@@ -46,6 +47,30 @@ def explain_field(doc: FieldDoc, via_alias: str | None = None) -> str:
             lines.append(f"    {rule.id:<34} {rule.severity:<8} {rule.message}")
         lines.append("  (`rlc explain RULE-ID` shows a rule in full)")
     return "\n".join(lines)
+
+
+def _consumer_lines(path: str) -> list[str]:
+    """What makes the field take effect (the consumption registry, compiler/consumers.py)."""
+    from compiler.consumers import CONSUMERS
+
+    key = path.replace("[]", ".[]")
+    for placeholder in (".NAME.", ".VERIFIER.", ".KEY."):
+        key = key.replace(placeholder, ".*.")
+    uses = CONSUMERS.get(key, ())
+    words = {
+        "runtime": "read by",
+        "argv": "engine command line from",
+        "beaker": "Beaker spec from",
+        "template": "Beaker spec template",
+        "compile": "compile-time only:",
+        "rule": "unsupported values rejected by rule",
+        "owner": "pending:",
+    }
+    out = []
+    for use in uses:
+        kind, _, rest = use.partition(":")
+        out.append(f"  effect:      {words.get(kind, kind)} {rest}")
+    return out
 
 
 def _variant_lines(path: str) -> list[str]:
@@ -60,9 +85,8 @@ def _variant_lines(path: str) -> list[str]:
 
     model: Any = Spec
     info = None
-    for part in path.replace("[]", "").split("."):
-        if part in ("NAME", "VERIFIER", "KEY"):
-            continue
+    parts = [p for p in path.replace("[]", "").split(".") if p not in ("NAME", "VERIFIER", "KEY")]
+    for i, part in enumerate(parts):
         fields = model.model_fields
         match = next((f for n, f in fields.items() if (f.alias or n) == part), None)
         if match is None:
@@ -74,6 +98,8 @@ def _variant_lines(path: str) -> list[str]:
             or _list_models(info.annotation)
         )
         if len(subs) != 1:
+            if i != len(parts) - 1:
+                return []  # a key inside one variant: its own doc says enough
             break
         model = subs[0]
     if info is None:
