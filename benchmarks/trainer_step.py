@@ -6,7 +6,14 @@ rows (microbatch = one packed row, document-isolated) and one optimizer step per
 - ``grpo``: ``runtime.trainer.Trainer.train_step`` (GRPO loss, logprob gather, metrics,
   gradient reduction, clipping, schedule);
 - ``raw``: the OLMo-core model called directly with a cross-entropy loss over the response
-  tokens, ``loss.backward()`` per row, ``AdamW.step()``.
+  tokens, ``loss.backward()`` per row, ``AdamW.step()``. By default its rows are NOT
+  document-masked (plain causal SDPA over the packed row: the fastest kernels, the ceiling
+  the trainer is held to); ``--raw-doc-mask`` gives it the same document isolation.
+
+``--attention-backend`` picks the trainer's packed-row attention (default ``flex`` on CUDA,
+``sdpa`` on CPU). MFU counts 6 x non-embedding params x tokens plus causal attention
+(6 x layers x d_model x sum of squared document lengths, fwd + bwd) against 790 TFLOP/s.
+On CUDA a parity check compares the trainer's log-probs under ``flex`` and ``sdpa``.
 
 The ratio is the trainer's overhead. Each row is the median over ``--steps`` steps after
 ``--warmup`` steps. Prints a table last and writes JSON to ``benchmarks/results/``.
@@ -71,6 +78,7 @@ class GRPOSide:
             lr=1e-6,
             packing_max_tokens=args.packing_max_tokens,
             activation_recompute=args.recompute,
+            attention_backend=args.attention_backend,
         )
         self.trainer = Trainer(cfg)
         self.device = self.trainer.device
@@ -103,7 +111,7 @@ class RawSide:
             (
                 r.input_ids.to(self.device)[None],
                 r.targets.to(self.device)[None],
-                r.model_kwargs(self.device),
+                r.model_kwargs(self.device) if args.raw_doc_mask else {},
             )
             for r in packed
         ]
@@ -126,6 +134,19 @@ class RawSide:
             loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+def logprob_parity(trainer: Trainer, samples: list[Sample], backend: str) -> dict[str, float]:
+    """Max |logprob difference| of the trainer's forward under ``flex`` vs ``sdpa``."""
+    from runtime.models.attention import set_attention_backend
+
+    out = {}
+    for name in ("sdpa", "flex"):
+        set_attention_backend(trainer.model, name)
+        out[name] = torch.cat(trainer.compute_logprobs(samples))
+    set_attention_backend(trainer.model, backend)
+    d = (out["flex"] - out["sdpa"]).abs()
+    return {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean())}
 
 
 def measure(args: argparse.Namespace, samples: list[Sample]) -> dict[str, dict[str, Any]]:
@@ -154,7 +175,17 @@ def measure(args: argparse.Namespace, samples: list[Sample]) -> dict[str, dict[s
             "all_step_s": times[name],
         }
     out["peak_mem_gib_both"] = {"value": peak}
-    sides["grpo"].trainer.close()  # type: ignore[attr-defined]
+    trainer = sides["grpo"].trainer  # type: ignore[attr-defined]
+    raw_model = sides["raw"].model  # type: ignore[attr-defined]
+    out["model_shape"] = {
+        "params": sum(p.numel() for p in raw_model.parameters()),
+        "embed": raw_model.embeddings.weight.numel(),
+        "layers": len(raw_model.blocks),
+        "d_model": int(raw_model.embeddings.weight.shape[1]),
+    }
+    if args.device.startswith("cuda"):
+        out["parity"] = logprob_parity(trainer, samples[:4], args.attention_backend)
+    trainer.close()
     return out
 
 
@@ -170,15 +201,29 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--attention-backend", default=None, choices=["sdpa", "flex", "flash", "torch"])
+    ap.add_argument("--raw-doc-mask", action="store_true", help="document-mask the raw side too")
+    ap.add_argument("--peak-tflops", type=float, default=790.0)
     args = ap.parse_args()
+    if args.attention_backend is None:
+        args.attention_backend = "flex" if args.device.startswith("cuda") else "sdpa"
 
-    probe = load_model(args.model)
-    vocab = probe.config.vocab_size
-    params = sum(p.numel() for p in probe.model.parameters())
-    del probe
+    from runtime.models.builtin import parse_builtin
+    from runtime.models.tokenizer import build_builtin_tokenizer
+
+    vocab = build_builtin_tokenizer().vocab_size
+    if args.model.startswith("builtin:"):
+        vocab = parse_builtin(args.model.removeprefix("builtin:"))[1].get("vocab_size", vocab)
     samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)
     tokens = sum(s.num_tokens for s in samples)
     res = measure(args, samples)
+    shape = res["model_shape"]
+    params, embed = shape["params"], shape["embed"]
+    layers, d_model = shape["layers"], shape["d_model"]
+    parity = res.get("parity")
+    flops = 6 * (params - embed) * tokens + 6 * layers * d_model * sum(
+        s.num_tokens**2 for s in samples
+    )
     raw, grpo = res["raw"], res["grpo"]
     report = {
         "benchmark": "trainer_step",
@@ -201,6 +246,12 @@ def main() -> None:
         "grpo": grpo,
         "peak_mem_gib_both_models": res["peak_mem_gib_both"]["value"],
         "grpo_over_raw_throughput": grpo["tokens_per_s"] / raw["tokens_per_s"],
+        "attention_backend": args.attention_backend,
+        "raw_doc_mask": args.raw_doc_mask,
+        "flops_per_step": flops,
+        "grpo_mfu": flops / grpo["step_s"] / (args.peak_tflops * 1e12),
+        "raw_mfu": flops / raw["step_s"] / (args.peak_tflops * 1e12),
+        "logprob_parity_flex_vs_sdpa": parity,
     }
     name = f"trainer_step-{args.model.removeprefix('builtin:').split('?')[0]}-{args.device.split(':')[0]}.json"
     out = args.out or ROOT / "benchmarks" / "results" / name
@@ -215,6 +266,11 @@ def main() -> None:
     for label, r in (("raw", raw), ("grpo", grpo)):
         print(f"{label:<8} {r['rows']:>5} {r['step_s']:>9.4f} {r['tokens_per_s']:>11.1f}")
     print(f"grpo/raw throughput: {report['grpo_over_raw_throughput']:.3f}")
+    print(
+        f"attention {args.attention_backend}, raw doc mask {args.raw_doc_mask}; MFU grpo "
+        f"{report['grpo_mfu']:.1%} raw {report['raw_mfu']:.1%}; peak "
+        f"{report['peak_mem_gib_both_models']:.1f} GiB; parity {parity}"
+    )
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def main() -> int:
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "trl_grpo.json"
+    path = args.out / f"trl_grpo-{args.prompts}x{args.group}.json"
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {path}\n")
     print(

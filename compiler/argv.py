@@ -57,6 +57,8 @@ def engine_argv(
             ]
             if config["model"].get("hf_template"):
                 argv += ["--hf-template", str(config["model"]["hf_template"])]
+            if not inf["cuda_graph_decode"]:
+                argv.append("--disable-cuda-graph")
         else:
             argv = [
                 "python",

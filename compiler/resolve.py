@@ -323,8 +323,8 @@ class _Resolver:
         )
         self.derive(
             "trainer.attention_backend",
-            "flash" if gpu else "sdpa",
-            "'flash' on GPU, 'sdpa' on CPU",
+            "flex" if gpu else "sdpa",
+            "'flex' on GPU, 'sdpa' on CPU",
             ("trainer.gpus",),
         )
 

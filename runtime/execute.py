@@ -73,7 +73,8 @@ def default_engine_argv(cfg: RunConfig, port: int) -> list[str]:
         seed=cfg.runtime.seed,
         host="127.0.0.1" if cfg.placement.num_nodes == 1 else "0.0.0.0",
         threads=1 if cfg.trainer.device == "cpu" else None,
-        extra=["--dtype", cfg.model.dtype],
+        extra=["--dtype", cfg.model.dtype]
+        + ([] if inf.raw.get("cuda_graph_decode", True) else ["--disable-cuda-graph"]),
     )
 
 

@@ -241,6 +241,7 @@ def bench_engine(
         )
         graphs = len(getattr(eng.im, "_graphs", {}) or {})
         compiled = eng.im._compiled is not None
+        capture_s = float(getattr(eng.im, "capture_s", 0.0))
     finally:
         eng.stop()
         set_sdpa_backend("default")
@@ -263,6 +264,7 @@ def bench_engine(
         "micro": micro,
         "graphs_captured": graphs,
         "compiled": compiled,
+        "compile_and_capture_s": capture_s,
     }
 
 
@@ -523,7 +525,7 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"  b{row['batch']} transformers {spec}: {got}")
     head = (
         f"{'batch':>5} {'variant':<28} {'tok/s':>8} {'x hf':>6} {'%bound':>7} "
-        f"{'fwd ms':>7} {'smp ms':>7} {'oth ms':>7} {'pre ms':>8}"
+        f"{'fwd ms':>7} {'smp ms':>7} {'oth ms':>7} {'pre ms':>8} {'cmp s':>6}"
     )
     print(head)
     for row in report["rows"]:
@@ -537,7 +539,8 @@ def print_table(report: dict[str, Any]) -> None:
             print(
                 f"{row['batch']:>5} {name:<28} {r['tok_s']:>8.0f} {x:>6} "
                 f"{r['fraction_of_bound']:>7.1%} {bd['forward_ms']:>7.2f} {bd['sample_ms']:>7.2f} "
-                f"{bd['other_ms'] + bd['outside_step_ms']:>7.2f} {bd['prefill_ms_total']:>8.1f}"
+                f"{bd['other_ms'] + bd['outside_step_ms']:>7.2f} {bd['prefill_ms_total']:>8.1f} "
+                f"{r.get('compile_and_capture_s', 0.0):>6.1f}"
             )
 
 

@@ -72,6 +72,7 @@ def main() -> int:
     ap.add_argument("--collections", type=int, default=3)
     ap.add_argument("--publish", default="disk", choices=["disk", "tensor"])
     ap.add_argument("--no-cuda-graph", action="store_true")
+    ap.add_argument("--attention-backend", default=None, help="trainer attention (default flex)")
     ap.add_argument("--label", default="dense")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
     args = ap.parse_args()
@@ -89,7 +90,12 @@ def main() -> int:
             torch.cuda.synchronize()
 
     t0 = time.perf_counter()
-    trainer = Trainer(TrainerConfig(model_source=args.source, device=args.device, lr=1e-6))
+    backend = args.attention_backend or ("flex" if cuda else "sdpa")
+    trainer = Trainer(
+        TrainerConfig(
+            model_source=args.source, device=args.device, lr=1e-6, attention_backend=backend
+        )
+    )
     # the engine's copy comes from the trainer's (on-device) weights: building the 1.5B
     # builtin a second time on the CPU costs ~30 s on the lent machine
     loaded = dataclasses.replace(
@@ -99,7 +105,7 @@ def main() -> int:
     texts = task.prompts(args.prompts * args.collections)
     prompt_ids = [tok.encode(t) for t in texts]
     batch = args.prompts * args.group
-    graph = cuda and not args.no_cuda_graph and loaded.family == "dense"
+    graph = cuda and not args.no_cuda_graph
     eng = Engine(
         loaded,
         model_path="e2e",
@@ -181,6 +187,8 @@ def main() -> int:
         "new_tokens": args.new_tokens,
         "publish": args.publish,
         "cuda_graph": graph,
+        "attention_backend": backend,
+        "decode_compile_and_capture_s": eng.im.capture_s,
         "setup_s": setup_s,
         "collections": colls,
         "tensor_publication": pub_detail,

@@ -5,7 +5,8 @@
 #
 #   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
 #
-# Stages: env raw decode trainer publish trl e2e moe dense-run moe-run dense-tensor (see the case below). Expects the
+# Stages: env raw decode trainer publish trl e2e moe dense-run moe-run dense-tensor decode2
+# moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -87,6 +88,34 @@ for s in "$@"; do
     cp "$root/metrics.jsonl" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
     cp -r "$root/logs" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
     tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
+    ;;
+  decode2)
+    # round two: the eager-step graphs vs the compiled graphs (the GPU default) vs
+    # transformers' static cache under torch.compile, same weights, same run
+    stage decode2 270 python3 benchmarks/gpu/decode.py --batch-sizes 64 256 --prompt-len 128 \
+      --new-tokens 256 --repeats 2 --variants graph,compile graph --hf static --deadline-s 220
+    ;;
+  moe-decode)
+    stage moe-decode 100 python3 benchmarks/gpu/moe_decode.py --batch 64 --prompt-len 128 --new-tokens 128
+    ;;
+  trainer-flex)
+    # GRPO step (FlexAttention block masks) vs the raw OLMo-core step on the same tokens
+    # without any document mask
+    stage trainer-flex 170 python3 benchmarks/trainer_step.py --device cuda --model "$M1B" --samples 32 \
+      --prompt-len 512 --response-len 1536 --packing-max-tokens 8192 --steps 3 --warmup 2 \
+      --out "$RES/trainer_step-olmo3-1b-cuda-flex.json"
+    ;;
+  e2e-8 | e2e-16)
+    n=${s#e2e-}
+    stage "$s" 200 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
+      --collections 5 --publish tensor --label "dense-${n}x8"
+    ;;
+  trl-8 | trl-16)
+    n=${s#trl-}
+    stage "$s" 150 python3 benchmarks/trl_grpo.py --prompts "$n" --group 8 --new-tokens 256 --steps 3
+    ;;
+  long)
+    stage long 240 python3 benchmarks/gpu/long_context.py --contexts 16384 32768
     ;;
   *)
     echo "unknown stage $s" | tee -a "$LOG"

@@ -48,12 +48,13 @@ class TrainerSection(Section):
         description="recompute activations in backward (saves memory)",
         aliases=("trainer.activation_checkpointing",),
     )
-    attention_backend: Literal["sdpa", "flash", "torch"] | None = fld(
+    attention_backend: Literal["sdpa", "flex", "flash", "torch"] | None = fld(
         None,
         description="attention kernel",
-        note="sdpa: torch SDPA with document masks; flash: flash-attention varlen (GPU); "
+        note="sdpa: torch SDPA with dense document masks; flex: FlexAttention block masks "
+        "(GPU); flash: flash-attention varlen (GPU, needs the flash-attn package); "
         "torch: plain attention without document isolation",
-        derived="'flash' on GPU, 'sdpa' on CPU",
+        derived="'flex' on GPU, 'sdpa' on CPU",
     )
     sequence_packing: bool = fld(
         False, description="pack whole samples into rows with document-isolated attention"

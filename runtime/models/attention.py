@@ -1,19 +1,28 @@
-"""Document-isolated attention for packed rows on PyTorch SDPA.
+"""Document-isolated attention for packed rows (``trainer.attention_backend``).
 
 OLMo-core's torch (SDPA) backend rejects intra-document masking (only flash-attn varlen has
 it). Packing must work on CPU and on GPUs without flash-attn, so we swap the class of each
-SDPA backend for a subclass that turns ``cu_doc_lens`` into a block-diagonal causal mask
-(intersected with the layer's sliding window). OLMo-core's RoPE already restarts positions
-per document when it receives ``cu_doc_lens``.
+attention backend for one that honours ``cu_doc_lens`` (OLMo-core's RoPE already restarts
+positions per document when it receives them):
+
+- ``sdpa``: SDPA with a dense ``(B, 1, T, T)`` boolean mask (causal, same document, inside the
+  sliding window). Works everywhere; the mask keeps SDPA off its fused kernels.
+- ``flex``: FlexAttention with a block mask built from the document ids: fully masked
+  128x128 blocks are skipped and no dense mask exists (compiled on CUDA, eager on CPU).
+- ``flash``: OLMo-core's flash-attn varlen backend (needs the flash-attn package).
+- ``torch``: OLMo-core's plain SDPA backend, no document isolation (packing refuses it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from olmo_core.nn.attention.backend import TorchAttentionBackend
+from olmo_core.nn.attention.backend import AttentionBackend, TorchAttentionBackend
+
+BACKENDS = ("sdpa", "flex", "flash", "torch")
 
 
 def document_mask(
@@ -82,11 +91,151 @@ class DocMaskedSDPABackend(TorchAttentionBackend):
         return att.transpose(1, 2).contiguous()
 
 
+def _doc_ids(cu_doc_lens: torch.Tensor | None, batch: int, seq_len: int, device: Any) -> Any:
+    if cu_doc_lens is None:
+        return None
+    flat = torch.arange(batch * seq_len, device=device, dtype=cu_doc_lens.dtype)
+    return torch.bucketize(flat, cu_doc_lens.to(device)[1:], right=True).view(batch, seq_len)
+
+
+def flex_mask_mod(doc_id: torch.Tensor | None, window_size: tuple[int, int]) -> Callable[..., Any]:
+    """FlexAttention ``mask_mod``: causal, same document, inside the sliding window."""
+    left = window_size[0] if window_size != (-1, -1) else -1
+
+    def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        ok = q_idx >= kv_idx
+        if left >= 0:
+            ok = ok & (q_idx - kv_idx <= left)
+        if doc_id is not None:
+            ok = ok & (doc_id[b, q_idx] == doc_id[b, kv_idx])
+        return ok
+
+    return mask_mod
+
+
+_FLEX: dict[str, Any] = {}
+# (cu_doc_lens tensor, batch, seq_len, window) -> block mask; every layer of one forward
+# receives the same cu_doc_lens tensor, so the mask is built once per row and window size
+_MASKS: dict[tuple[int, int, tuple[int, int]], tuple[Any, Any]] = {}
+
+
+def _flex_attention(device: torch.device) -> Callable[..., Any]:
+    """FlexAttention, compiled on CUDA (the fused kernel); eager elsewhere (reference math)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    key = device.type
+    if key not in _FLEX:
+        _FLEX[key] = (
+            torch.compile(flex_attention, dynamic=None) if key == "cuda" else flex_attention
+        )
+    return _FLEX[key]
+
+
+def flex_block_mask(
+    cu_doc_lens: torch.Tensor | None,
+    batch: int,
+    seq_len: int,
+    window_size: tuple[int, int],
+    device: torch.device,
+) -> Any:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    key = (batch, seq_len, window_size)
+    hit = _MASKS.get(key)
+    if hit is not None and hit[0] is cu_doc_lens:
+        return hit[1]
+    doc_id = _doc_ids(cu_doc_lens, batch, seq_len, device)
+    mask = create_block_mask(
+        flex_mask_mod(doc_id, window_size), batch, None, seq_len, seq_len, device=str(device)
+    )
+    _MASKS.clear() if len(_MASKS) > 8 else None
+    _MASKS[key] = (cu_doc_lens, mask)
+    return mask
+
+
+class FlexDocAttentionBackend(TorchAttentionBackend):
+    """FlexAttention over packed rows: block-sparse document + causal + window mask."""
+
+    def forward(  # type: ignore[override]
+        self,
+        qkv: Any,
+        cu_doc_lens: torch.Tensor | None = None,
+        cu_doc_lens_q: torch.Tensor | None = None,
+        cu_doc_lens_k: torch.Tensor | None = None,
+        max_doc_len: int | None = None,
+        max_doc_len_q: int | None = None,
+        max_doc_len_k: int | None = None,
+        local_k_slice: slice | None = None,
+        kv_cache_manager: Any = None,
+        sinks: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        # FlexAttention has no backward on CPU: training there takes the dense-mask path
+        cpu_grad = torch.is_grad_enabled() and not isinstance(qkv, torch.Tensor)
+        cpu_grad = cpu_grad and qkv[0].device.type != "cuda" and qkv[0].requires_grad
+        if self.cp_enabled or sinks is not None or isinstance(qkv, torch.Tensor) or cpu_grad:
+            return DocMaskedSDPABackend.forward(
+                self,  # type: ignore[arg-type]
+                qkv,
+                cu_doc_lens=cu_doc_lens,
+                cu_doc_lens_q=cu_doc_lens_q,
+                cu_doc_lens_k=cu_doc_lens_k,
+                max_doc_len=max_doc_len,
+                max_doc_len_q=max_doc_len_q,
+                max_doc_len_k=max_doc_len_k,
+                local_k_slice=local_k_slice,
+                kv_cache_manager=kv_cache_manager,
+                sinks=sinks,
+            )
+        if cu_doc_lens_q is not None or cu_doc_lens_k is not None or kv_cache_manager is not None:
+            raise RuntimeError("document masking supports only self-attention without kv cache")
+        q, k, v = qkv  # (B, T, H, D)
+        batch, seq_len = q.shape[0], q.shape[1]
+        gqa = self.n_heads != self.n_kv_heads
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
+        short = self.window_size == (-1, -1) or seq_len <= self.window_size[0] + 1
+        if cu_doc_lens is None and short:  # one causal document: SDPA's flash path
+            att = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=self.scale, enable_gqa=gqa
+            )
+            return att.transpose(1, 2).contiguous()
+        mask = flex_block_mask(cu_doc_lens, batch, seq_len, self.window_size, q.device)
+        att = _flex_attention(q.device)(q, k, v, block_mask=mask, scale=self.scale, enable_gqa=gqa)
+        return att.transpose(1, 2).contiguous()
+
+
 def enable_document_masking(model: torch.nn.Module) -> int:
     """Swap every SDPA backend in ``model`` for the document-masking one; returns the count."""
+    return set_attention_backend(model, "sdpa")
+
+
+def set_attention_backend(model: torch.nn.Module, name: str) -> int:
+    """Serve ``model``'s attention with backend ``name`` (see module docstring); returns how
+    many attention modules were switched. Raises ValueError for an unknown name and
+    RuntimeError when the backend cannot run here (flash-attn missing)."""
+    if name not in BACKENDS:
+        raise ValueError(f"attention backend must be one of {BACKENDS}, not {name!r}")
+    target: type[AttentionBackend]
+    if name == "sdpa":
+        target = DocMaskedSDPABackend
+    elif name == "flex":
+        target = FlexDocAttentionBackend
+    elif name == "torch":
+        target = TorchAttentionBackend
+    else:
+        from olmo_core.nn.attention.backend import FlashAttention2Backend
+
+        try:
+            FlashAttention2Backend.assert_supported()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                'trainer.attention_backend = "flash" needs the flash-attn package, which is '
+                'not installed here; use "flex" (FlexAttention block masks) instead'
+            ) from exc
+        target = FlashAttention2Backend
+    ours = (TorchAttentionBackend, DocMaskedSDPABackend, FlexDocAttentionBackend)
     n = 0
     for module in model.modules():
-        if type(module) is TorchAttentionBackend:
-            module.__class__ = DocMaskedSDPABackend
+        if isinstance(module, AttentionBackend) and type(module) in (*ours, target):
+            module.__class__ = target
             n += 1
     return n

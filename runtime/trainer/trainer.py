@@ -29,6 +29,7 @@ import torch.distributed as dist
 from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 
 from runtime.models import LoadedModel, load_model, state_checksum
+from runtime.models.attention import set_attention_backend
 
 from .distributed import (
     DistInfo,
@@ -39,6 +40,7 @@ from .distributed import (
     shutdown_distributed,
 )
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
+from .logprobs import token_logprobs
 from .packing import IGNORE, PackedRow, pack_samples
 from .parallel import clip_grad_norm_, full_tensor, parallelize, plan_mesh
 from .replay import REDUCTIONS, as_routed_experts, moe_routers, router_losses, router_tap
@@ -83,6 +85,7 @@ class TrainerConfig:
     world_size: int = 1  # the compiled trainer world; the process group must match it
     nodes: int = 1  # trainer nodes (HSDP replicates across them)
     max_row_tokens: int | None = None  # the longest row (fixes MoE capacity under EP)
+    attention_backend: str | None = None  # None keeps the loader's ("sdpa": dense doc masks)
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
@@ -139,6 +142,7 @@ class TrainerConfig:
                 int(c.get("inference", {}).get("max_context_length") or 0),
             )
             or None,
+            attention_backend=trainer.get("attention_backend"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -213,15 +217,13 @@ def _filler_rows() -> list[PackedRow]:
 
 
 def _token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, want_entropy: bool
+    logits: torch.Tensor, pos: torch.Tensor, targets: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs of ``targets`` (and entropies) from fp32 logits ``(N, V)``."""
-    logp_all = torch.log_softmax(logits.float(), dim=-1)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if want_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    """fp32 logprobs of ``targets`` (and entropies) at rows ``pos`` of logits ``(T, V)``,
+    chunked (see ``runtime.trainer.logprobs``); the entropy costs a gradient only if the
+    loss uses it."""
+    logp, entropy = token_logprobs(logits, targets, rows=pos)
+    return logp, entropy if want_entropy else None
 
 
 def _response_count(row: PackedRow) -> int:
@@ -267,6 +269,8 @@ class Trainer:
             )
         if cfg.fp32_lm_head:
             _fp32_lm_head(self.model)
+        if cfg.attention_backend is not None:
+            set_attention_backend(self.model, cfg.attention_backend)
         self._configure_router_losses()
         self.ref_model: torch.nn.Module | None = None
         if cfg.grpo.kl_coef > 0:
@@ -445,9 +449,8 @@ class Trainer:
             ),
         ):
             logits = model(ids, **row.model_kwargs(self.device))
-        sel = logits[0].index_select(0, pos)
         targets = row.targets.to(self.device).index_select(0, pos)
-        logp, ent = _token_logprobs(sel, targets, want_entropy)
+        logp, ent = _token_logprobs(logits[0], pos, targets, want_entropy)
         return logp, ent, pos, tap
 
     # ------------------------------------------------------------------ public API

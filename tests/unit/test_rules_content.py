@@ -397,6 +397,11 @@ CASES: list[tuple[str, str, str]] = [
         '[trainer]\nattention_backend = "sdpa"\n',
     ),
     (
+        "flex-needs-gpu",
+        '[trainer]\nattention_backend = "flex"  # <-\n',
+        '[trainer]\nattention_backend = "sdpa"\n',
+    ),
+    (
         "recompute-long-context",
         "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = false  # <-\n",
         "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = true\n",

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 
 from runtime.models import load_model  # noqa: E402
-from runtime.models.attention import document_mask  # noqa: E402
+from runtime.models.attention import document_mask, set_attention_backend  # noqa: E402
 from runtime.trainer import Sample, pack_samples, plan_rows  # noqa: E402
 from runtime.trainer.packing import IGNORE  # noqa: E402
 
@@ -18,9 +18,12 @@ def _sample(g: torch.Generator, p: int, r: int, vocab: int, adv: float = 1.0) ->
     return Sample(prompt_ids=ids[:p], response_ids=ids[p:], advantage=adv)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny-moe"])
-def test_packed_logits_equal_unpacked(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "backend"), [("tiny", "sdpa"), ("tiny-moe", "sdpa"), ("tiny", "flex")]
+)
+def test_packed_logits_equal_unpacked(name: str, backend: str) -> None:
     lm = load_model(f"builtin:{name}")
+    set_attention_backend(lm.model, backend)
     vocab = lm.tokenizer.vocab_size
     g = torch.Generator().manual_seed(1)
     # lengths > the sliding window (16) so window + document masks interact
@@ -39,6 +42,18 @@ def test_packed_logits_equal_unpacked(name: str) -> None:
         # without document masking the later documents see earlier ones: logits differ
         leaky = lm.model(row.input_ids[None])[0]
         assert not torch.allclose(leaky[27:32], packed[27:32], atol=1e-4)
+
+
+def test_attention_backend_choices() -> None:
+    lm = load_model("builtin:tiny")
+    assert set_attention_backend(lm.model, "flex") == set_attention_backend(lm.model, "torch") > 0
+    with pytest.raises(ValueError, match="one of"):
+        set_attention_backend(lm.model, "xformers")
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="flash-attn package"):
+            set_attention_backend(lm.model, "flash")
 
 
 def test_targets_and_masks_align() -> None:

@@ -42,8 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cuda-graph",
+        dest="cuda_graph",
         action="store_true",
-        help="capture the decode step in CUDA graphs (dense models, --device cuda)",
+        default=None,
+        help="capture the decode step in CUDA graphs (the default with --device cuda)",
+    )
+    p.add_argument(
+        "--disable-cuda-graph",
+        dest="cuda_graph",
+        action="store_false",
+        help="decode without CUDA graphs (SGLang's spelling)",
     )
     p.add_argument(
         "--cuda-graph-kv-step",
@@ -59,8 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--compile-decode",
+        dest="compile_decode",
         action="store_true",
-        help="torch.compile the decode step (falls back to eager if compilation fails)",
+        default=None,
+        help="torch.compile the decode step (the default with --device cuda; falls back "
+        "to eager if compilation fails)",
+    )
+    p.add_argument(
+        "--disable-compile-decode",
+        dest="compile_decode",
+        action="store_false",
+        help="run the decode step without torch.compile",
     )
     p.add_argument(
         "--hf-template",

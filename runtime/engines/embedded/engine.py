@@ -164,10 +164,10 @@ class Engine:
         context_length: int = 2048,
         seed: int = 0,
         weight_version: str = "0",
-        cuda_graph: bool = False,
+        cuda_graph: bool | None = None,
         prefill_tokens: int = 16384,
         graph_kv_step: int = 256,
-        compile_decode: bool = False,
+        compile_decode: bool | None = None,
         profile: bool = False,
     ):
         self.model = loaded.model
@@ -186,6 +186,11 @@ class Engine:
         )
         self.prefill_tokens = max(1, int(prefill_tokens))
         self.profile = profile  # sync inside steps to split forward / sampling time
+        # on a GPU the compiled, graph-captured decode step is the default (None: by device)
+        on_gpu = self.device.type == "cuda"
+        cuda_graph = on_gpu if cuda_graph is None else cuda_graph
+        compile_decode = on_gpu if compile_decode is None else compile_decode
+        self.cuda_graph, self.compile_decode = cuda_graph, compile_decode
         if compile_decode:
             try:
                 self.im.enable_compile()

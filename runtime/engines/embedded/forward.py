@@ -16,6 +16,7 @@ decode can run from CUDA graphs bucketed by batch size and attended length ``L``
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,44 @@ def _expert_weights(experts: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return w1, w3, mlp.w2.view(e, h, d)
 
 
+def _routed_experts(
+    flat: torch.Tensor,
+    w: torch.Tensor,
+    idx: torch.Tensor,
+    w1: torch.Tensor,
+    w3: torch.Tensor,
+    w2: torch.Tensor,
+) -> torch.Tensor:
+    """Dropless top-k: each used expert runs on its tokens (data-dependent, eager only)."""
+    out = torch.zeros_like(flat)
+    for e in torch.unique(idx).tolist():
+        tok, slot = (idx == e).nonzero(as_tuple=True)
+        h = flat[tok]
+        y = (F.silu(h @ w1[e]) * (h @ w3[e])) @ w2[e]
+        out.index_add_(0, tok, (y * w[tok, slot].unsqueeze(-1).to(y.dtype)).to(out.dtype))
+    return out
+
+
+def _all_experts(
+    flat: torch.Tensor,
+    w: torch.Tensor,
+    idx: torch.Tensor,
+    w1: torch.Tensor,
+    w3: torch.Tensor,
+    w2: torch.Tensor,
+) -> torch.Tensor:
+    """Every expert on every token, combined with the router's top-k weights (zero
+    elsewhere). Static shapes, so a decode step can be compiled and graph-captured; at
+    decode batch sizes nearly every expert is hit anyway, so the step still reads each
+    expert's weights once and stays bandwidth-bound. The router (and so the recorded
+    experts) is the same as in the routed path."""
+    combine = torch.zeros(flat.shape[0], w1.shape[0], dtype=torch.float32, device=flat.device)
+    combine.scatter_(1, idx, w.float())  # (N, E)
+    h = flat.unsqueeze(0)  # (1, N, d) against (E, d, h)
+    y = torch.matmul(F.silu(torch.matmul(h, w1)) * torch.matmul(h, w3), w2)  # (E, N, d)
+    return torch.einsum("end,ne->nd", y.float(), combine).to(flat.dtype)
+
+
 class InferenceModel:
     """Prefill/decode over an OLMo-core Transformer; owns the KV cache."""
 
@@ -173,10 +212,10 @@ class InferenceModel:
         self._compiled: Any = None
         self.graph_batch_sizes: list[int] = []
         self.graph_kv_step = 0
-        self._graphs: dict[
-            tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]
-        ] = {}
+        self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, Any]] = {}
         self._graph_pool: Any = None
+        self.dense_moe = False  # all-experts MoE decode (static shapes: capturable, compilable)
+        self.capture_s = 0.0  # time spent compiling + capturing decode graphs
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
         for layer in self.layers:
@@ -187,6 +226,13 @@ class InferenceModel:
     @property
     def is_moe(self) -> bool:
         return bool(self.moe_layers)
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    def graph_keys(self) -> list[tuple[int, int]]:
+        return sorted(self._graphs)
 
     # ---- pieces -------------------------------------------------------------------------
 
@@ -270,12 +316,10 @@ class InferenceModel:
         w = weights.reshape(-1, weights.shape[-1])
         idx = indices.reshape(-1, indices.shape[-1])
         w1, w3, w2 = _expert_weights(moe.experts)
-        out = torch.zeros_like(flat)
-        for e in torch.unique(idx).tolist():
-            tok, slot = (idx == e).nonzero(as_tuple=True)
-            h = flat[tok]
-            y = (F.silu(h @ w1[e]) * (h @ w3[e])) @ w2[e]
-            out.index_add_(0, tok, (y * w[tok, slot].unsqueeze(-1).to(y.dtype)).to(out.dtype))
+        if self.dense_moe and shape[1] == 1:
+            out = _all_experts(flat, w, idx, w1, w3, w2)
+        else:
+            out = _routed_experts(flat, w, idx, w1, w3, w2)
         res = moe.restore_routed_output(out.view(*shape[:-1], -1))
         if moe.shared_mlp is not None:
             k = moe.top_k
@@ -502,14 +546,13 @@ class InferenceModel:
 
         A graph for bucket ``(bs, L)`` attends ``cache[:bs, :, :L]``; buckets are captured
         lazily on first use (``warm_graphs`` captures ahead), sharing one memory pool.
-        ``kv_step`` 0 means one length bucket, the whole cache row. MoE layers pick experts
-        data-dependently (not capturable), so they are refused. Padded rows write into free
-        slots beyond the batch, which no request reads.
+        ``kv_step`` 0 means one length bucket, the whole cache row. MoE decode switches to
+        the all-experts form (static shapes); the graphs return the routed experts too.
+        Padded rows write into free slots beyond the batch, which no request reads.
         """
         if self.device.type != "cuda":
             raise UnsupportedModel("CUDA graphs need --device cuda")
-        if self.is_moe:
-            raise UnsupportedModel("CUDA graphs are not supported for MoE models")
+        self.dense_moe = self.is_moe
         self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes)
         self.graph_kv_step = max(0, int(kv_step))
         self._graphs = {}
@@ -532,9 +575,10 @@ class InferenceModel:
                 self._graph(bs, length)
         return len(self._graphs)
 
-    def _graph(self, bs: int, length: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _graph(self, bs: int, length: int) -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
         key = (bs, length)
         if key not in self._graphs:
+            t0 = time.perf_counter()
             tok = torch.zeros(bs, dtype=torch.long, device=self.device)
             pos = torch.zeros(bs, dtype=torch.long, device=self.device)
             stream = torch.cuda.Stream()
@@ -547,8 +591,12 @@ class InferenceModel:
             # thread_local: CUDA work on other threads (an in-process trainer) cannot
             # invalidate a capture that happens lazily on the scheduler thread
             with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
-                out, _ = self.decode(tok, pos, kv_len=length)
+                out = self.decode(tok, pos, kv_len=length)
             self._graphs[key] = (graph, tok, pos, out)
+            torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
+            self.capture_s += dt
+            log.info("decode graph batch=%d kv=%d captured in %.2f s", bs, length, dt)
         return self._graphs[key]
 
     def decode_step(
@@ -573,7 +621,8 @@ class InferenceModel:
                 tok[:bsz].copy_(tokens)
                 pos[:bsz].copy_(positions)
                 graph.replay()
-                return out[:bsz].clone(), None
+                logits, experts = out
+                return logits[:bsz].clone(), None if experts is None else experts[:bsz].clone()
         return self.decode(tokens, positions, kv_len=kv_len)
 
     def enable_compile(self, mode: str | None = None) -> None:
@@ -585,7 +634,10 @@ class InferenceModel:
         for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
             if hasattr(cfg, knob):
                 setattr(cfg, knob, max(int(getattr(cfg, knob)), 512))
-        self._compiled = torch.compile(self._decode_impl, dynamic=False, mode=mode)
+        # automatic dynamic shapes: the first bucket compiles static, the first change of
+        # batch or length recompiles once with those sizes symbolic, and every later graph
+        # bucket reuses that code (a static compile per bucket cost minutes on a real run)
+        self._compiled = torch.compile(self._decode_impl, dynamic=None, mode=mode)
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         """Copy one request's cache to another slot (compaction after a finish)."""

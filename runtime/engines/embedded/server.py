@@ -282,6 +282,10 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["weight_version"] = engine.weight_version
     info["is_moe"] = engine.im.is_moe
     info["kv_cache_bytes"] = engine.im.kv_bytes()
+    info["decode_cuda_graph"] = bool(engine.im.graph_batch_sizes)
+    info["decode_compiled"] = engine.im.compiled
+    info["decode_graphs"] = len(engine.im.graph_keys())
+    info["decode_capture_s"] = round(engine.im.capture_s, 3)  # compile + capture, once
     info["internal_states"] = [engine.load()]
     return web.json_response(info)
 
