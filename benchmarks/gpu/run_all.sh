@@ -107,15 +107,15 @@ for s in "$@"; do
     ;;
   e2e-8 | e2e-16)
     n=${s#e2e-}
-    stage "$s" 200 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
-      --collections 5 --publish tensor --label "dense-${n}x8"
+    stage "$s" 100 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
+      --collections $((n == 8 ? 4 : 3)) --publish tensor --label "dense-${n}x8"
     ;;
   trl-8 | trl-16)
     n=${s#trl-}
-    stage "$s" 150 python3 benchmarks/trl_grpo.py --prompts "$n" --group 8 --new-tokens 256 --steps 3
+    stage "$s" 75 python3 benchmarks/trl_grpo.py --prompts "$n" --group 8 --new-tokens 256 --steps 2
     ;;
   long)
-    stage long 240 python3 benchmarks/gpu/long_context.py --contexts 16384 32768
+    stage long "${LONG_TIMEOUT:-240}" python3 benchmarks/gpu/long_context.py --contexts ${LONG_CONTEXTS:-16384 32768}
     ;;
   *)
     echo "unknown stage $s" | tee -a "$LOG"

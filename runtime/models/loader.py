@@ -110,6 +110,40 @@ def _build_with_state(config: TransformerConfig, state: dict[str, torch.Tensor])
     return model
 
 
+def _init_builtin(
+    config: TransformerConfig, source: str, seed: int, device: str | torch.device
+) -> Transformer:
+    """Random-initialise on the CPU from ``seed``, or read that initialisation back from
+    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``."""
+    from filelock import FileLock
+
+    from .init_cache import MIN_PARAMS, cache_path
+
+    def init_on_cpu() -> Transformer:
+        # OLMo-core initialises some modules (MoE shared MLPs) from the global RNG, not from
+        # init_seed: seed it too, without disturbing the caller's RNG stream.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = config.build(init_device="cpu")
+            model.init_weights(device=torch.device("cpu"))
+        return model
+
+    path = cache_path(source, seed) if config.num_params >= MIN_PARAMS else None
+    if path is None:
+        return init_on_cpu()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            # every tensor of these models is a parameter in the file: allocate, then fill
+            dev = torch.device(device)
+            model = config.build(init_device="meta").to_empty(device=dev)
+            model.load_state_dict(load_safetensors(path, device=str(dev)), strict=True)
+            return model
+        model = init_on_cpu()
+        save_safetensors(model.state_dict(), path.parent, filename=path.name)
+        return model
+
+
 def load_model(
     source: str,
     *,
@@ -123,7 +157,8 @@ def load_model(
     """Build an OLMo-core ``Transformer`` from ``builtin:NAME``, an HF dir, a native dir or
     an OLMo-core checkpoint (``hf_template``: where its tokenizer lives when not beside it).
 
-    Builtins are random-initialised on CPU from ``seed`` (identical on every device).
+    Builtins are random-initialised on CPU from ``seed`` (identical on every device); large
+    ones are initialised once and then read back from the init cache.
     """
     fmt = source_format(source)
     if fmt == "builtin":
@@ -134,12 +169,7 @@ def load_model(
             )
         except ValueError as e:
             raise ModelLoadError(str(e)) from e
-        # OLMo-core initialises some modules (MoE shared MLPs) from the global RNG, not from
-        # init_seed: seed it too, without disturbing the caller's RNG stream.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = config.build(init_device="cpu")
-            model.init_weights(device=torch.device("cpu"))
+        model = _init_builtin(config, source, seed, device)
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     path = Path(source)
     if fmt == "native":

@@ -1,0 +1,44 @@
+"""A cache of random-initialised builtin weights, so a run initialises a model once.
+
+Initialising the 1.5B builtin on the CPU takes ~25-30 s, and a run used to do it twice (the
+trainer and the engine process each build the same seeded model). The first loader writes
+the initialised state as one safetensors file under ``$RLC_CACHE_DIR/builtin-init`` (default
+``~/.cache/rlc``; ``RLC_CACHE_DIR=off`` disables it); any later load of the same builtin,
+overrides and seed with the same torch and OLMo-core versions reads it back (a file lock
+makes a concurrent second loader wait for the first one's write instead of initialising
+again). The bytes are the CPU initialisation's, so weights stay identical on every device.
+Small models (under ``MIN_PARAMS``) are cheaper to initialise than to read and skip it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+MIN_PARAMS = 50_000_000
+
+
+def cache_dir() -> Path | None:
+    root = os.environ.get("RLC_CACHE_DIR")
+    if root == "off":
+        return None
+    base = Path(root) if root else Path.home() / ".cache" / "rlc"
+    return base / "builtin-init"
+
+
+def cache_path(source: str, seed: int) -> Path | None:
+    """Where the initialised state of ``source`` + ``seed`` lives (None: cache off)."""
+    root = cache_dir()
+    if root is None:
+        return None
+    try:
+        olmo = metadata.version("ai2-olmo-core")
+    except metadata.PackageNotFoundError:
+        olmo = "unknown"
+    key = hashlib.sha256(f"{source}|{seed}|{torch.__version__}|{olmo}".encode()).hexdigest()
+    name = source.removeprefix("builtin:").split("?")[0]
+    return root / f"{name}-{key[:20]}.safetensors"
