@@ -4,9 +4,8 @@ The embedded engine serves ``builtin:smallmoe`` (12 layers, 32 experts, top-4, b
 ways: ``eager`` (the routed per-expert loop, the engine's MoE path before graphs),
 ``graph`` (the static all-experts decode step captured in CUDA graphs) and
 ``graph,compile`` (the same, through torch.compile; the GPU default). All requests are
-submitted at once; tok/s counts sampled tokens, prefill included. The exactness check
-decodes one step of the same batch through the routed path and the graph and asserts that
-the recorded experts are identical.
+submitted at once; tok/s counts sampled tokens, prefill included. The expert check decodes
+one step of the same batch through the routed path and the graph (see ``check_exact``).
 
     python3 benchmarks/gpu/moe_decode.py --batch 64 --prompt-len 128 --new-tokens 128
 """
@@ -69,9 +68,14 @@ def run_variant(
 
 
 @torch.inference_mode()
-def check_exact(eng: Any, prompts: list[list[int]]) -> bool:
-    """One decode step of the batch through the routed path and through the graph: the
-    recorded experts must be identical (logits agree to bf16 rounding)."""
+def check_exact(eng: Any, prompts: list[list[int]]) -> dict[str, Any]:
+    """One decode step of the batch through the routed path and through the graph.
+
+    The experts a graph returns are the router's own indices from inside the captured step
+    (the tensor the expert combination used), so capture is exact by construction. Against
+    the routed path the first MoE layer sees identical inputs and must pick identical experts;
+    later layers may flip near-tied picks because the two paths round bf16 sums differently
+    (the fp32 CPU test ``test_all_experts_decode_matches_routed`` asserts full equality)."""
     im = eng.im
     b = len(prompts)
     im.prefill_batch(prompts, list(range(b)))
@@ -83,9 +87,14 @@ def check_exact(eng: Any, prompts: list[list[int]]) -> bool:
     im.dense_moe = True
     im._compiled = compiled
     logits, ex = im.decode_step(tok, pos, kv_len=int(pos.max()) + 1)
-    diff = (logits.float() - ref_logits.float()).abs().max().item()
-    print(f"graph vs routed: experts equal {torch.equal(ex, ref_ex)}, max |logit diff| {diff:.3g}")
-    return bool(ex is not None and torch.equal(ex, ref_ex))
+    out = {
+        "first_layer_equal": bool(torch.equal(ex[:, 0], ref_ex[:, 0])),
+        "all_equal": bool(torch.equal(ex, ref_ex)),
+        "agreement": float((ex == ref_ex).float().mean()),
+        "max_abs_logit_diff": float((logits.float() - ref_logits.float()).abs().max()),
+    }
+    print(f"graph vs routed: {out}")
+    return out
 
 
 def main() -> int:
@@ -124,7 +133,7 @@ def main() -> int:
     }
     (args.out / "gpu_moe_decode.json").write_text(json.dumps(report, indent=2) + "\n")
     base = next((r["tok_s"] for r in rows if r["variant"] == "eager" and "tok_s" in r), None)
-    print(f"{'variant':<16} {'tok/s':>9} {'x eager':>8} {'compile s':>10} {'experts exact':>14}")
+    print(f"{'variant':<16} {'tok/s':>9} {'x eager':>8} {'compile s':>10} {'layer-0 equal':>14}")
     for r in rows:
         if "error" in r:
             print(f"{r['variant']:<16} ERROR {r['error'][:80]}")
@@ -132,7 +141,7 @@ def main() -> int:
         x = f"{r['tok_s'] / base:.1f}" if base else "n/a"
         print(
             f"{r['variant']:<16} {r['tok_s']:>9.0f} {x:>8} {r['compile_and_capture_s']:>10.1f} "
-            f"{r['experts_exact']!s:>14}"
+            f"{str((r['experts_exact'] or {}).get('first_layer_equal', '-')):>14}"
         )
     return 0
 
