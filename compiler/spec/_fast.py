@@ -2061,7 +2061,12 @@ _C23 = frozenset(
     ]
 )
 _C24 = {("str", "cpu"): "cpu", ("str", "cuda"): "cuda"}
-_C25 = {("str", "sdpa"): "sdpa", ("str", "flash"): "flash", ("str", "torch"): "torch"}
+_C25 = {
+    ("str", "sdpa"): "sdpa",
+    ("str", "flex"): "flex",
+    ("str", "flash"): "flash",
+    ("str", "torch"): "torch",
+}
 _C26 = {("str", "static"): "static", ("str", "dynamic"): "dynamic"}
 _C27 = {("str", "token"): "token", ("str", "response"): "response"}
 _C28 = frozenset(
@@ -2321,9 +2326,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "b6e3a044b11f9cd486865aa46bfeb06e1e408a3d9f74fc16206d39c1372dea9f"
+SOURCES = "edd510d5fb8cebecb20602424fa6aa43825555aae6c15e115e088b7e905a85f4"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:4eb9e31812cc5f065ecbf8c8774bb6fa9ef09b734698ff361b82972a6e59efb9"
+SCHEMA_DIGEST = "sha256:d891c8458c547be0d2901f0955d563ea629ac2730927d04693b58eeec6a91a56"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",
