@@ -84,7 +84,8 @@ def engine_argv(
                 str(inf["seed"]),
                 "--dtype",
                 str(config["model"]["dtype"]),
-                "--cuda-graph-max-bs",
+                # sglang 0.5.23 splits this flag per phase; the bare prefix is ambiguous there
+                "--cuda-graph-max-bs-decode",
                 str(inf["cuda_graph_max_bs"]),
             ]
             if not inf["radix_cache"]:

@@ -41,6 +41,12 @@ OWNED: dict[str, dict[str, str]] = {
         "context_length": "set inference.max_context_length instead",
         "disable_radix_cache": "set inference.radix_cache instead",
         "enable_return_routed_experts": "set trainer.router_replay instead",
+        "random_seed": "set data.seed (or inference.seed) instead",
+        "dtype": "set model.dtype instead",
+        "cuda_graph_max_bs_decode": "set inference.cuda_graph_max_bs instead",
+        "disable_cuda_graph": "set inference.cuda_graph_decode instead",
+        "chunked_prefill_size": "set inference.chunked_prefill_size instead",
+        "max_mamba_cache_size": "set inference.max_mamba_cache_size instead",
     },
     "olmo_core": {},
 }

@@ -29,6 +29,7 @@ class PlacementInput:
     router: bool
     judges: tuple[tuple[str, int], ...]  # bound managed judges (name, gpus)
     gpus_per_replica: int | None  # explicit launch.gpus_per_replica
+    engine_nodes: int = 0  # CPU runs: nodes that run only engines (inference.nodes)
 
 
 class _Node:
@@ -80,10 +81,13 @@ def place(p: PlacementInput) -> dict[str, Any]:
 
     if cpu_run:
         capacity = 0
+        node(max(p.trainer_nodes - 1, 0))
         for e in range(p.num_engines):
-            node(0).cpu_roles.append(f"engine:{e}")
+            # engine-only nodes follow the trainer nodes, engines spread round robin
+            n = p.trainer_nodes + e % p.engine_nodes if p.engine_nodes else 0
+            node(n).cpu_roles.append(f"engine:{e}")
             engines.append(
-                {"id": e, "node": 0, "gpus": [], "device": "cpu", "port": ENGINE_PORT + e}
+                {"id": e, "node": n, "gpus": [], "device": "cpu", "port": ENGINE_PORT + e}
             )
     else:
         capacity = p.gpus_per_replica or (8 if p.trainer_nodes > 1 or total > 8 else max(total, 1))

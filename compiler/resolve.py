@@ -806,6 +806,7 @@ class _Resolver:
                 router=inf["router"],
                 judges=judges,
                 gpus_per_replica=explicit_gpr,
+                engine_nodes=inf["nodes"],
             )
         )
         P, S, G = inf["prompts_per_collection"], inf["samples_per_prompt"], inf["global_batch_size"]

@@ -59,7 +59,7 @@ def _python_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def default_engine_argv(cfg: RunConfig, port: int) -> list[str]:
+def default_engine_argv(cfg: RunConfig, port: int, host: str = "127.0.0.1") -> list[str]:
     """The embedded engine command, from the manifest's config (same seed as the trainer)."""
     from runtime.engines.embedded.launch import embedded_argv
 
@@ -71,26 +71,31 @@ def default_engine_argv(cfg: RunConfig, port: int) -> list[str]:
         max_running_requests=inf.max_running_requests,
         context_length=inf.max_context_length,
         seed=cfg.runtime.seed,
-        host="127.0.0.1" if cfg.placement.num_nodes == 1 else "0.0.0.0",
+        host=host,
         threads=1 if cfg.trainer.device == "cpu" else None,
         extra=["--dtype", cfg.model.dtype]
         + ([] if inf.raw.get("cuda_graph_decode", True) else ["--disable-cuda-graph"]),
     )
 
 
-def engine_command(cfg: RunConfig, engine_id: int, port: int) -> list[str]:
-    """Embedded engines are started from the config; SGLang ones from the compiled argv."""
+def engine_command(cfg: RunConfig, engine_id: int, port: int, host: str = "127.0.0.1") -> list[str]:
+    """Embedded engines are started from the config; SGLang ones from the compiled argv,
+    with the host and port this node really gave them."""
     if cfg.inference.engine == "embedded" or engine_id >= len(cfg.engine_argv):
-        return default_engine_argv(cfg, port)
-    return _python_argv(cfg.engine_argv[engine_id])
+        return default_engine_argv(cfg, port, host)
+    from runtime.engines.sglang import sglang_argv
+
+    return sglang_argv(_python_argv(cfg.engine_argv[engine_id]), host=host, port=port)
 
 
-def default_router_argv(cfg: RunConfig, urls: Sequence[str], port: int) -> list[str]:
+def default_router_argv(
+    cfg: RunConfig, urls: Sequence[str], port: int, host: str = "127.0.0.1"
+) -> list[str]:
     """The real sglang-router in front of the engines (policy and knobs from the manifest)."""
     from runtime.engines.router import RouterSettings, router_argv
 
     return router_argv(
-        list(urls), port=port, settings=RouterSettings.from_config(cfg.inference.raw)
+        list(urls), host=host, port=port, settings=RouterSettings.from_config(cfg.inference.raw)
     )
 
 
@@ -129,7 +134,13 @@ class NodeRunner:
         self.compiler_cache = CacheSession(
             CompilerCache.from_config(cfg.config.get("compiler_cache") or {})
         )
-        self.sup = Supervisor(log_dir=cfg.paths.root / "logs", env_for=self.compiler_cache.env_for)
+        logs = cfg.paths.root / "logs"
+        self.sup = Supervisor(
+            log_dir=logs / f"node-{ident.rank}" if ident.count > 1 else logs,
+            env_for=self.compiler_cache.env_for,
+        )
+        self.registry: Any = None  # LocalRegistry or the leader's Registry, set by run()
+        self.urls_by_role: dict[str, str] = {}
         self.engine_urls: list[str] = []
         self.gen_url = ""
         self.publisher: Any = None  # set by the trainer node; dead engines are dropped from it
@@ -142,44 +153,57 @@ class NodeRunner:
 
     # ---- processes -----------------------------------------------------------------------
     def _local_ports(self) -> None:
-        """A single-node run only talks over loopback, so its engines and router take free
-        ports (the machine may run other jobs on the compiled ones); multi-node placements
-        keep the compiled ports, other nodes rely on them."""
+        """Engines and the router take free ports on this node (the machine may run other
+        jobs on the compiled ones); other nodes learn them from the leader's registry."""
         from runtime.engines.process import free_port
 
+        host = self._bind_host()
+        taken: set[int] = set()
+
+        def fresh() -> int:
+            port = free_port(host)
+            while port in taken:
+                port = free_port(host)
+            taken.add(port)
+            return port
+
         plan = self.cfg.placement
-        engines = list(plan.engines)
-        router_port = plan.router_port
-        if plan.num_nodes == 1:
-            taken: set[int] = set()
-            for i, e in enumerate(engines):
-                port = free_port()
-                while port in taken:
-                    port = free_port()
-                taken.add(port)
-                engines[i] = replace(e, port=port)
-            if router_port is not None:
-                router_port = free_port()
-                while router_port in taken:
-                    router_port = free_port()
-        self.engines = engines
-        self.router_port = router_port
+        self.engines = [
+            replace(e, port=fresh()) if e.node == self.ident.rank else e for e in plan.engines
+        ]
+        self.router_port = fresh() if plan.router_port is not None else None
+
+    def _bind_host(self) -> str:
+        return "127.0.0.1" if self.ident.count == 1 else "0.0.0.0"
+
+    def _url(self, port: int) -> str:
+        """How other nodes reach a port of this node."""
+        return f"http://{self.ident.address}:{port}"
 
     def start_engines(self) -> None:
-        from runtime.placement import engine_url
+        from runtime.placement import engine_env
 
         cfg = self.cfg
         mine = [e for e in self.engines if e.node == self.ident.rank]
         for e in mine:
-            self.sup.start(f"engine:{e.id}", engine_command(cfg, e.id, e.port))
-        self.engine_urls = [engine_url(e, self.ident) for e in self.engines]
+            argv = engine_command(cfg, e.id, e.port, host=self._bind_host())
+            self.sup.start(f"engine:{e.id}", argv, env=engine_env(e))
         for e in mine:
-            url = engine_url(e, self.ident)
+            url = f"http://127.0.0.1:{e.port}"
             self.sup.wait_ready(
                 f"engine:{e.id}",
                 lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
                 cfg.runtime.startup_timeout_s,
             )
+            self.registry.register(f"engine:{e.id}", self._url(e.port))
+
+    def lookup_engines(self) -> None:
+        """Every engine's address, as its node registered it (waits for other nodes)."""
+        roles = [f"engine:{e.id}" for e in self.engines]
+        owners = {f"engine:{e.id}": e.node for e in self.engines}
+        found = self.registry.lookup(roles, owners, self.cfg.runtime.startup_timeout_s)
+        self.urls_by_role = dict(found)
+        self.engine_urls = [found[r] for r in roles]
 
     def start_router(self) -> None:
         from runtime.engines.process import free_port
@@ -187,7 +211,7 @@ class NodeRunner:
 
         cfg = self.cfg
         port = self.router_port or 29000
-        argv = default_router_argv(cfg, self.engine_urls, port)
+        argv = default_router_argv(cfg, self.engine_urls, port, host=self._bind_host())
         # sglang-router's metrics endpoint defaults to port 29000 too: keep it out of the way
         argv += ["--prometheus-port", str(free_port())]
         self.sup.start("router", argv)
@@ -196,16 +220,7 @@ class NodeRunner:
         self.sup.wait_ready(
             "router", lambda: _workers_ready(url, self.engine_urls), cfg.runtime.startup_timeout_s
         )
-
-    def wait_remote_engines(self) -> None:
-        """The trainer node waits for engines other nodes start (multi-node)."""
-        cfg = self.cfg
-        deadline = time.monotonic() + cfg.runtime.startup_timeout_s
-        for url in self.engine_urls:
-            while not _healthy(url, cfg.runtime.health_timeout_s):
-                if time.monotonic() > deadline:
-                    raise RunFailure(f"engine {url} on another node is not healthy")
-                time.sleep(1.0)
+        self.registry.register("router", self._url(port))
 
     def health_check(self) -> None:
         """Called at every collection boundary.
@@ -235,18 +250,13 @@ class NodeRunner:
             )
 
     def _engine_url_of(self, name: str) -> str | None:
-        from runtime.placement import engine_url
-
-        for e in self.engines:
-            if f"engine:{e.id}" == name:
-                return engine_url(e, self.ident)
-        return None
+        return self.urls_by_role.get(name)
 
     def _router_forget(self, url: str) -> None:
         """Remove a dead worker from sglang-router (it is addressed by its UUID)."""
         import httpx
 
-        base = f"http://127.0.0.1:{self.router_port}"
+        base = self.gen_url
         try:
             workers = httpx.get(f"{base}/workers", timeout=5).json().get("workers", [])
             for w in workers:
@@ -257,6 +267,8 @@ class NodeRunner:
 
     # ---- driver --------------------------------------------------------------------------
     def run(self) -> dict[str, Any] | None:
+        from runtime.registry import LocalRegistry, Registry, RegistryError
+
         cfg = self.cfg
         cfg.paths.ensure()
         if self.roles.trainer:  # bad data fails here, before any engine starts
@@ -269,31 +281,63 @@ class NodeRunner:
             except (DataError, DataManifestError) as exc:
                 raise RunFailure(f"data: {exc}") from None
         try:
+            if self.ident.count == 1:
+                self.registry = LocalRegistry()
+            else:
+                self.registry = Registry(
+                    self.ident.leader_host,
+                    self.ident.registry_port,
+                    node=self.ident.rank,
+                    is_leader=self.roles.leader,
+                    timeout_s=cfg.runtime.startup_timeout_s,
+                )
             self.start_engines()
+            if self.roles.router or self.roles.trainer:
+                self.lookup_engines()
             if self.roles.router:
                 self.start_router()
-        except (TimeoutError, RuntimeError) as exc:
+            if self.roles.trainer and self.router_port is not None:
+                owner = {"router": cfg.placement.router_node or 0}
+                self.gen_url = self.registry.lookup(["router"], owner)["router"]
+            elif self.roles.trainer:
+                self.gen_url = self.engine_urls[0]
+        except (TimeoutError, RuntimeError, RegistryError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
-        if self.router_port is not None:
-            host = "127.0.0.1" if self.roles.router else self.ident.leader_host
-            self.gen_url = f"http://{host}:{self.router_port}"
-        else:
-            self.gen_url = self.engine_urls[0]
         self.compiler_cache.start_publisher()
         if not self.roles.trainer:
             return self._serve_only()
         if self.ident.rank != min(cfg.placement.trainer_nodes):
-            return self._follow_trainer()
-        self.wait_remote_engines()
+            try:
+                return self._follow_trainer()
+            finally:
+                self.registry.acknowledge()  # the leader need not wait for this node
         from runtime.rollout.driver import train
 
         os.environ.update(self.compiler_cache.env_for("trainer"))  # the loop runs here
-        return train(self)
+        outcome = "failed"
+        try:
+            summary = train(self)
+            outcome = "done"
+            return summary
+        finally:
+            self.registry.finish(outcome, nodes=self.ident.count)
 
     def _serve_only(self) -> None:
-        """Engine-only node: keep serving until told to stop or a child dies."""
+        """A node without the trainer: serve until the trainer's node says the run is over,
+        a child dies, the leader's registry goes away, or this node is told to stop."""
+        from runtime.registry import RegistryError
+
         while not self.stop:
             self.health_check()
+            try:
+                outcome = self.registry.done()
+            except RegistryError as exc:
+                raise RunFailure(str(exc)) from None
+            if outcome is not None:
+                self.registry.acknowledge()
+                if outcome != "done":
+                    raise RunFailure(f"the trainer's node ended the run: {outcome}")
+                return None
             time.sleep(1.0)
         return None
 

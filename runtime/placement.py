@@ -1,13 +1,17 @@
 """This node's roles, read from the compiled placement and the launcher's rank variables.
 
 Beaker sets ``BEAKER_REPLICA_RANK`` / ``BEAKER_REPLICA_COUNT`` and, with leader selection,
-``BEAKER_LEADER_REPLICA_HOSTNAME``; a local run has none of them and is node 0 of 1. The
-placement is decided at compile time, so a node never guesses what to start.
+``BEAKER_LEADER_REPLICA_HOSTNAME``; other schedulers and ``rlc run --local-nodes`` set
+``RLC_NODE_RANK`` / ``RLC_NUM_NODES`` / ``RLC_LEADER_ADDR`` / ``RLC_NODE_ADDR`` (which win).
+A local run has none of them and is node 0 of 1. The placement is decided at compile time,
+so a node never guesses what to start; where the other nodes' roles listen is discovered
+through the leader's registry (``runtime.registry``).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +27,8 @@ class NodeIdentity:
     rank: int
     count: int
     leader_host: str
+    address: str = "127.0.0.1"  # where this node's roles listen, as other nodes reach it
+    registry_port: int = 29400
 
 
 @dataclass(frozen=True)
@@ -47,15 +53,26 @@ class NodeRoles:
 def node_identity(env: Mapping[str, str] | None = None) -> NodeIdentity:
     """Rank, replica count and leader host from Beaker's variables (local: 0, 1, localhost)."""
     env = os.environ if env is None else env
+    rank_var = "RLC_NODE_RANK" if "RLC_NODE_RANK" in env else "BEAKER_REPLICA_RANK"
+    count_var = "RLC_NUM_NODES" if "RLC_NUM_NODES" in env else "BEAKER_REPLICA_COUNT"
     try:
-        rank = int(env.get("BEAKER_REPLICA_RANK", "0") or 0)
-        count = int(env.get("BEAKER_REPLICA_COUNT", "1") or 1)
+        rank = int(env.get(rank_var, "0") or 0)
+        count = int(env.get(count_var, "1") or 1)
+        registry_port = int(env.get("RLC_REGISTRY_PORT", "29400") or 29400)
     except ValueError as exc:
-        raise PlacementError(f"bad Beaker replica variables: {exc}") from None
-    leader = env.get("BEAKER_LEADER_REPLICA_HOSTNAME") or "127.0.0.1"
+        raise PlacementError(f"bad node rank variables: {exc}") from None
     if not 0 <= rank < count:
-        raise PlacementError(f"BEAKER_REPLICA_RANK={rank} is outside 0..{count - 1}")
-    return NodeIdentity(rank=rank, count=count, leader_host=leader)
+        raise PlacementError(f"{rank_var}={rank} is outside 0..{count - 1} ({count_var})")
+    leader = env.get("RLC_LEADER_ADDR") or env.get("BEAKER_LEADER_REPLICA_HOSTNAME")
+    if not leader:
+        if count > 1:
+            raise PlacementError(
+                f"node {rank} of {count}: no leader address (BEAKER_LEADER_REPLICA_HOSTNAME "
+                "or RLC_LEADER_ADDR)"
+            )
+        leader = "127.0.0.1"
+    address = env.get("RLC_NODE_ADDR") or (socket.gethostname() if count > 1 else "127.0.0.1")
+    return NodeIdentity(rank, count, leader, address=address, registry_port=registry_port)
 
 
 def roles_for(plan: PlacementPlan, ident: NodeIdentity) -> NodeRoles:
@@ -74,7 +91,8 @@ def roles_for(plan: PlacementPlan, ident: NodeIdentity) -> NodeRoles:
     )
 
 
-def engine_url(engine: EnginePlacement, ident: NodeIdentity) -> str:
-    """URL of an engine as seen from this node (other nodes are reached via the leader host)."""
-    host = engine.host if engine.node == ident.rank else ident.leader_host
-    return f"http://{host}:{engine.port}"
+def engine_env(engine: EnginePlacement) -> dict[str, str]:
+    """An engine sees only the GPUs the plan gave it (its first one is its device 0)."""
+    if not engine.gpus:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in engine.gpus)}

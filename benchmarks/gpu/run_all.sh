@@ -5,8 +5,8 @@
 #
 #   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
 #
-# Stages: env raw decode trainer publish trl e2e moe dense-run moe-run dense-tensor decode2
-# moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long (see the case below). Expects the
+# Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
+# decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -48,6 +48,9 @@ for s in "$@"; do
     ;;
   publish)
     stage publish 150 python3 benchmarks/gpu/publish.py --source "$M1B" --repeats 3
+    ;;
+  publish-nccl)  # trainer and engine processes, NCCL broadcast (two GPUs) beside CUDA IPC
+    stage publish-nccl 170 python3 benchmarks/gpu/publish_nccl.py --source "$M1B" --repeats 3
     ;;
   trl)
     stage trl 150 python3 benchmarks/trl_grpo.py --prompts 8 --group 8 --new-tokens 256 --steps 2

@@ -46,15 +46,19 @@ def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
     return path
 
 
-def run_manifest(path: Path, resume: str | None, progress: bool) -> int:
-    """Run ``python -m runtime.execute`` and return its exit code.
+def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: int = 0) -> int:
+    """Run ``python -m runtime.execute`` (or one per simulated node) and return its exit code.
 
     Ctrl-C reaches the child too (same process group); we wait for it to save and stop.
     """
-    argv = [sys.executable, "-m", "runtime.execute", str(path)]
+    if local_nodes:
+        argv = [sys.executable, "-m", "runtime.launch.local_nodes", str(path)]
+        argv += ["--nodes", str(local_nodes)]
+    else:
+        argv = [sys.executable, "-m", "runtime.execute", str(path)]
     if resume:
         argv += ["--resume", resume]
-    if not progress:
+    if not progress and not local_nodes:
         argv.append("--no-progress")
     proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_term_with_parent)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -92,10 +96,21 @@ def _term_with_parent() -> None:
     help="Resume from the newest complete checkpoint (default: checkpoint.resume).",
 )
 @click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+@click.option(
+    "--local-nodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run each node of a multi-node plan as its own process on its own loopback address.",
+)
 @format_option
 @guarded
 def command(
-    target: str, overrides: tuple[str, ...], resume: str | None, no_progress: bool, fmt: str
+    target: str,
+    overrides: tuple[str, ...],
+    resume: str | None,
+    no_progress: bool,
+    local_nodes: int | None,
+    fmt: str,
 ) -> None:
     """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
     path = Path(target)
@@ -110,4 +125,4 @@ def command(
     else:
         manifest_path = compile_for_run(target, overrides, fmt)
         click.echo(f"rlc: manifest {manifest_path}", err=True)
-    sys.exit(run_manifest(manifest_path, resume, progress=not no_progress))
+    sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0))

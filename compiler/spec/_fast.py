@@ -827,13 +827,23 @@ def _v76(x):
 
 
 def _v77(x):
+    if type(x) is not int:
+        raise _Reject
+    if x < 0:
+        raise _Reject
+    if x > 64:
+        raise _Reject
+    return x
+
+
+def _v78(x):
     y = _C31.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v78(x):
+def _v79(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -845,7 +855,7 @@ def _v78(x):
     return x
 
 
-def _v79(x):
+def _v80(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -855,7 +865,7 @@ def _v79(x):
     return x
 
 
-def _v80(x):
+def _v81(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -865,13 +875,13 @@ def _v80(x):
     return x
 
 
-def _v81(x):
+def _v82(x):
     if x is None:
         return None
-    return _v80(x)
+    return _v81(x)
 
 
-def _v82(x):
+def _v83(x):
     if type(x) is not int:
         raise _Reject
     if x < 2:
@@ -881,7 +891,7 @@ def _v82(x):
     return x
 
 
-def _v83(x):
+def _v84(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -895,7 +905,7 @@ def _v83(x):
     return x
 
 
-def _v84(x):
+def _v85(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -905,25 +915,25 @@ def _v84(x):
     return x
 
 
-def _v85(x):
-    if x is None:
-        return None
-    return _v84(x)
-
-
 def _v86(x):
     if x is None:
         return None
-    return _v83(x)
+    return _v85(x)
 
 
 def _v87(x):
     if x is None:
         return None
-    return _v39(x)
+    return _v84(x)
 
 
 def _v88(x):
+    if x is None:
+        return None
+    return _v39(x)
+
+
+def _v89(x):
     if x is None:
         return None
     return _v24(x)
@@ -944,95 +954,98 @@ def _v68(x):
     a3 = 1 if a3 is _MISSING else _v74(a3)
     a4 = x.get("num_engines", _MISSING)
     a4 = None if a4 is _MISSING else _v76(a4)
-    a5 = x.get("router", _MISSING)
-    a5 = True if a5 is _MISSING else _v27(a5)
-    a6 = x.get("router_policy", _MISSING)
-    a6 = "cache_aware" if a6 is _MISSING else _v77(a6)
-    a7 = x.get("router_cache_threshold", _MISSING)
-    a7 = 0.5 if a7 is _MISSING else _v35(a7)
-    a8 = x.get("router_balance_abs_threshold", _MISSING)
-    a8 = 32 if a8 is _MISSING else _v33(a8)
-    a9 = x.get("router_balance_rel_threshold", _MISSING)
-    a9 = 1.0001 if a9 is _MISSING else _v78(a9)
-    a10 = x.get("prompts_per_collection", _MISSING)
-    a10 = 8 if a10 is _MISSING else _v79(a10)
-    a11 = x.get("samples_per_prompt", _MISSING)
-    a11 = 8 if a11 is _MISSING else _v59(a11)
-    a12 = x.get("global_batch_size", _MISSING)
-    a12 = None if a12 is _MISSING else _v81(a12)
-    a13 = x.get("max_context_length", _MISSING)
-    a13 = 6144 if a13 is _MISSING else _v82(a13)
-    a14 = x.get("max_response_length", _MISSING)
-    a14 = None if a14 is _MISSING else _v64(a14)
-    a15 = x.get("max_prompt_length", _MISSING)
+    a5 = x.get("nodes", _MISSING)
+    a5 = 0 if a5 is _MISSING else _v77(a5)
+    a6 = x.get("router", _MISSING)
+    a6 = True if a6 is _MISSING else _v27(a6)
+    a7 = x.get("router_policy", _MISSING)
+    a7 = "cache_aware" if a7 is _MISSING else _v78(a7)
+    a8 = x.get("router_cache_threshold", _MISSING)
+    a8 = 0.5 if a8 is _MISSING else _v35(a8)
+    a9 = x.get("router_balance_abs_threshold", _MISSING)
+    a9 = 32 if a9 is _MISSING else _v33(a9)
+    a10 = x.get("router_balance_rel_threshold", _MISSING)
+    a10 = 1.0001 if a10 is _MISSING else _v79(a10)
+    a11 = x.get("prompts_per_collection", _MISSING)
+    a11 = 8 if a11 is _MISSING else _v80(a11)
+    a12 = x.get("samples_per_prompt", _MISSING)
+    a12 = 8 if a12 is _MISSING else _v59(a12)
+    a13 = x.get("global_batch_size", _MISSING)
+    a13 = None if a13 is _MISSING else _v82(a13)
+    a14 = x.get("max_context_length", _MISSING)
+    a14 = 6144 if a14 is _MISSING else _v83(a14)
+    a15 = x.get("max_response_length", _MISSING)
     a15 = None if a15 is _MISSING else _v64(a15)
-    a16 = x.get("temperature", _MISSING)
-    a16 = 1.0 if a16 is _MISSING else _v66(a16)
-    a17 = x.get("top_p", _MISSING)
-    a17 = 1.0 if a17 is _MISSING else _v83(a17)
-    a18 = x.get("top_k", _MISSING)
-    a18 = -1 if a18 is _MISSING else _v39(a18)
-    a19 = x.get("max_running_requests", _MISSING)
-    a19 = 64 if a19 is _MISSING else _v79(a19)
-    a20 = x.get("server_concurrency", _MISSING)
-    a20 = 64 if a20 is _MISSING else _v79(a20)
-    a21 = x.get("max_total_tokens", _MISSING)
-    a21 = None if a21 is _MISSING else _v85(a21)
-    a22 = x.get("mem_fraction_static", _MISSING)
+    a16 = x.get("max_prompt_length", _MISSING)
+    a16 = None if a16 is _MISSING else _v64(a16)
+    a17 = x.get("temperature", _MISSING)
+    a17 = 1.0 if a17 is _MISSING else _v66(a17)
+    a18 = x.get("top_p", _MISSING)
+    a18 = 1.0 if a18 is _MISSING else _v84(a18)
+    a19 = x.get("top_k", _MISSING)
+    a19 = -1 if a19 is _MISSING else _v39(a19)
+    a20 = x.get("max_running_requests", _MISSING)
+    a20 = 64 if a20 is _MISSING else _v80(a20)
+    a21 = x.get("server_concurrency", _MISSING)
+    a21 = 64 if a21 is _MISSING else _v80(a21)
+    a22 = x.get("max_total_tokens", _MISSING)
     a22 = None if a22 is _MISSING else _v86(a22)
-    a23 = x.get("radix_cache", _MISSING)
-    a23 = False if a23 is _MISSING else _v27(a23)
-    a24 = x.get("max_mamba_cache_size", _MISSING)
-    a24 = 128 if a24 is _MISSING else _v16(a24)
-    a25 = x.get("cuda_graph_decode", _MISSING)
-    a25 = True if a25 is _MISSING else _v27(a25)
-    a26 = x.get("cuda_graph_max_bs", _MISSING)
-    a26 = 64 if a26 is _MISSING else _v16(a26)
-    a27 = x.get("chunked_prefill_size", _MISSING)
-    a27 = None if a27 is _MISSING else _v87(a27)
-    a28 = x.get("seed", _MISSING)
+    a23 = x.get("mem_fraction_static", _MISSING)
+    a23 = None if a23 is _MISSING else _v87(a23)
+    a24 = x.get("radix_cache", _MISSING)
+    a24 = False if a24 is _MISSING else _v27(a24)
+    a25 = x.get("max_mamba_cache_size", _MISSING)
+    a25 = 128 if a25 is _MISSING else _v16(a25)
+    a26 = x.get("cuda_graph_decode", _MISSING)
+    a26 = True if a26 is _MISSING else _v27(a26)
+    a27 = x.get("cuda_graph_max_bs", _MISSING)
+    a27 = 64 if a27 is _MISSING else _v16(a27)
+    a28 = x.get("chunked_prefill_size", _MISSING)
     a28 = None if a28 is _MISSING else _v88(a28)
+    a29 = x.get("seed", _MISSING)
+    a29 = None if a29 is _MISSING else _v89(a29)
     return {
         "engine": a0,
         "placement": a1,
         "gpus": a2,
         "tensor_parallel": a3,
         "num_engines": a4,
-        "router": a5,
-        "router_policy": a6,
-        "router_cache_threshold": a7,
-        "router_balance_abs_threshold": a8,
-        "router_balance_rel_threshold": a9,
-        "prompts_per_collection": a10,
-        "samples_per_prompt": a11,
-        "global_batch_size": a12,
-        "max_context_length": a13,
-        "max_response_length": a14,
-        "max_prompt_length": a15,
-        "temperature": a16,
-        "top_p": a17,
-        "top_k": a18,
-        "max_running_requests": a19,
-        "server_concurrency": a20,
-        "max_total_tokens": a21,
-        "mem_fraction_static": a22,
-        "radix_cache": a23,
-        "max_mamba_cache_size": a24,
-        "cuda_graph_decode": a25,
-        "cuda_graph_max_bs": a26,
-        "chunked_prefill_size": a27,
-        "seed": a28,
+        "nodes": a5,
+        "router": a6,
+        "router_policy": a7,
+        "router_cache_threshold": a8,
+        "router_balance_abs_threshold": a9,
+        "router_balance_rel_threshold": a10,
+        "prompts_per_collection": a11,
+        "samples_per_prompt": a12,
+        "global_batch_size": a13,
+        "max_context_length": a14,
+        "max_response_length": a15,
+        "max_prompt_length": a16,
+        "temperature": a17,
+        "top_p": a18,
+        "top_k": a19,
+        "max_running_requests": a20,
+        "server_concurrency": a21,
+        "max_total_tokens": a22,
+        "mem_fraction_static": a23,
+        "radix_cache": a24,
+        "max_mamba_cache_size": a25,
+        "cuda_graph_decode": a26,
+        "cuda_graph_max_bs": a27,
+        "chunked_prefill_size": a28,
+        "seed": a29,
     }
 
 
-def _v90(x):
+def _v91(x):
     y = _C33.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v91(x):
+def _v92(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -1046,20 +1059,20 @@ def _v91(x):
     return x
 
 
-def _v92(x):
+def _v93(x):
     y = _C34.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v93(x):
+def _v94(x):
     if x is None:
         return None
     return _v60(x)
 
 
-def _v89(x):
+def _v90(x):
     if type(x) is not dict:
         raise _Reject
     if not _C35.issuperset(x):
@@ -1067,7 +1080,7 @@ def _v89(x):
     a0 = x.get("lr", _MISSING)
     a0 = 1e-06 if a0 is _MISSING else _v66(a0)
     a1 = x.get("schedule", _MISSING)
-    a1 = "constant" if a1 is _MISSING else _v90(a1)
+    a1 = "constant" if a1 is _MISSING else _v91(a1)
     a2 = x.get("warmup_steps", _MISSING)
     a2 = 0 if a2 is _MISSING else _v33(a2)
     a3 = x.get("min_lr", _MISSING)
@@ -1075,9 +1088,9 @@ def _v89(x):
     a4 = x.get("weight_decay", _MISSING)
     a4 = 0.0 if a4 is _MISSING else _v66(a4)
     a5 = x.get("adam_beta1", _MISSING)
-    a5 = 0.9 if a5 is _MISSING else _v91(a5)
+    a5 = 0.9 if a5 is _MISSING else _v92(a5)
     a6 = x.get("adam_beta2", _MISSING)
-    a6 = 0.95 if a6 is _MISSING else _v91(a6)
+    a6 = 0.95 if a6 is _MISSING else _v92(a6)
     a7 = x.get("adam_eps", _MISSING)
     a7 = 1e-08 if a7 is _MISSING else _v23(a7)
     a8 = x.get("clip_grad", _MISSING)
@@ -1089,7 +1102,7 @@ def _v89(x):
     a11 = x.get("kl_coef", _MISSING)
     a11 = 0.0 if a11 is _MISSING else _v66(a11)
     a12 = x.get("kl_estimator", _MISSING)
-    a12 = "k3" if a12 is _MISSING else _v92(a12)
+    a12 = "k3" if a12 is _MISSING else _v93(a12)
     a13 = x.get("entropy_coef", _MISSING)
     a13 = 0.0 if a13 is _MISSING else _v66(a13)
     a14 = x.get("normalize_std", _MISSING)
@@ -1097,7 +1110,7 @@ def _v89(x):
     a15 = x.get("use_rollout_logprobs", _MISSING)
     a15 = False if a15 is _MISSING else _v27(a15)
     a16 = x.get("steps_per_collection", _MISSING)
-    a16 = None if a16 is _MISSING else _v93(a16)
+    a16 = None if a16 is _MISSING else _v94(a16)
     a17 = x.get("scoring_pass", _MISSING)
     a17 = None if a17 is _MISSING else _v53(a17)
     a18 = x.get("scoring_check_interval", _MISSING)
@@ -1128,26 +1141,26 @@ def _v89(x):
     }
 
 
-def _v95(x):
+def _v96(x):
     if x is None:
         return None
     return _v33(x)
 
 
-def _v96(x):
+def _v97(x):
     y = _C36.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v97(x):
+def _v98(x):
     if x is None:
         return None
-    return _v96(x)
+    return _v97(x)
 
 
-def _v98(x):
+def _v99(x):
     if type(x) is not int:
         raise _Reject
     if x < 1:
@@ -1157,34 +1170,34 @@ def _v98(x):
     return x
 
 
-def _v99(x):
+def _v100(x):
     if x is None:
         return None
-    return _v98(x)
+    return _v99(x)
 
 
-def _v100(x):
+def _v101(x):
     y = _C37.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v101(x):
+def _v102(x):
     y = _C38.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v102(x):
+def _v103(x):
     y = _C39.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v94(x):
+def _v95(x):
     if type(x) is not dict:
         raise _Reject
     if not _C40.issuperset(x):
@@ -1192,21 +1205,21 @@ def _v94(x):
     a0 = x.get("enabled", _MISSING)
     a0 = False if a0 is _MISSING else _v27(a0)
     a1 = x.get("max_policy_lag", _MISSING)
-    a1 = None if a1 is _MISSING else _v95(a1)
+    a1 = None if a1 is _MISSING else _v96(a1)
     a2 = x.get("off_policy_correction", _MISSING)
-    a2 = None if a2 is _MISSING else _v97(a2)
+    a2 = None if a2 is _MISSING else _v98(a2)
     a3 = x.get("tis_clip", _MISSING)
     a3 = 2.0 if a3 is _MISSING else _v23(a3)
     a4 = x.get("buffer_factor", _MISSING)
     a4 = 2.0 if a4 is _MISSING else _v23(a4)
     a5 = x.get("producer_budget", _MISSING)
-    a5 = None if a5 is _MISSING else _v99(a5)
+    a5 = None if a5 is _MISSING else _v100(a5)
     a6 = x.get("unused_sample_handler", _MISSING)
-    a6 = "retry" if a6 is _MISSING else _v100(a6)
+    a6 = "retry" if a6 is _MISSING else _v101(a6)
     a7 = x.get("submission_granularity", _MISSING)
-    a7 = "group" if a7 is _MISSING else _v101(a7)
+    a7 = "group" if a7 is _MISSING else _v102(a7)
     a8 = x.get("publication_mode", _MISSING)
-    a8 = "barrier" if a8 is _MISSING else _v102(a8)
+    a8 = "barrier" if a8 is _MISSING else _v103(a8)
     return {
         "enabled": a0,
         "max_policy_lag": a1,
@@ -1220,14 +1233,14 @@ def _v94(x):
     }
 
 
-def _v104(x):
+def _v105(x):
     y = _C41.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v103(x):
+def _v104(x):
     if type(x) is not dict:
         raise _Reject
     if not _C42.issuperset(x):
@@ -1239,39 +1252,39 @@ def _v103(x):
     a2 = x.get("keep_every", _MISSING)
     a2 = None if a2 is _MISSING else _v17(a2)
     a3 = x.get("resume", _MISSING)
-    a3 = "auto" if a3 is _MISSING else _v104(a3)
+    a3 = "auto" if a3 is _MISSING else _v105(a3)
     a4 = x.get("export_hf_final", _MISSING)
     a4 = None if a4 is _MISSING else _v53(a4)
     return {"interval": a0, "keep_last": a1, "keep_every": a2, "resume": a3, "export_hf_final": a4}
 
 
-def _v106(x):
+def _v107(x):
     y = _C43.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v108(x):
+def _v109(x):
     y = _C44.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v107(x):
+def _v108(x):
     if type(x) is not dict:
         raise _Reject
     if not _C45.issuperset(x):
         raise _Reject
     a0 = x.get("equivalence", _MISSING)
-    a0 = "sympy" if a0 is _MISSING else _v108(a0)
+    a0 = "sympy" if a0 is _MISSING else _v109(a0)
     a1 = x.get("timeout_s", _MISSING)
     a1 = 5.0 if a1 is _MISSING else _v23(a1)
     return {"equivalence": a0, "timeout_s": a1}
 
 
-def _v110(x):
+def _v111(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C46.search(x) is None:
@@ -1279,13 +1292,13 @@ def _v110(x):
     return x
 
 
-def _v111(x):
+def _v112(x):
     if x is None:
         return None
-    return _v110(x)
+    return _v111(x)
 
 
-def _v112(x):
+def _v113(x):
     if type(x) is int:
         if not -_EXACT <= x <= _EXACT:
             raise _Reject
@@ -1299,7 +1312,7 @@ def _v112(x):
     return x
 
 
-def _v113(x):
+def _v114(x):
     if type(x) is not int:
         raise _Reject
     if x < 16:
@@ -1309,17 +1322,17 @@ def _v113(x):
     return x
 
 
-def _v109(x):
+def _v110(x):
     if type(x) is not dict:
         raise _Reject
     if not _C47.issuperset(x):
         raise _Reject
     a0 = x.get("endpoint", _MISSING)
-    a0 = None if a0 is _MISSING else _v111(a0)
+    a0 = None if a0 is _MISSING else _v112(a0)
     a1 = x.get("time_limit_s", _MISSING)
-    a1 = 10.0 if a1 is _MISSING else _v112(a1)
+    a1 = 10.0 if a1 is _MISSING else _v113(a1)
     a2 = x.get("memory_limit_mb", _MISSING)
-    a2 = 1024 if a2 is _MISSING else _v113(a2)
+    a2 = 1024 if a2 is _MISSING else _v114(a2)
     a3 = x.get("max_processes", _MISSING)
     a3 = 16 if a3 is _MISSING else _v55(a3)
     a4 = x.get("network", _MISSING)
@@ -1339,14 +1352,14 @@ def _v109(x):
     }
 
 
-def _v115(x):
+def _v116(x):
     y = _C48.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v114(x):
+def _v115(x):
     if type(x) is not dict:
         raise _Reject
     if not _C49.issuperset(x):
@@ -1354,11 +1367,11 @@ def _v114(x):
     a0 = x.get("strict", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("aggregate", _MISSING)
-    a1 = "fraction" if a1 is _MISSING else _v115(a1)
+    a1 = "fraction" if a1 is _MISSING else _v116(a1)
     return {"strict": a0, "aggregate": a1}
 
 
-def _v116(x):
+def _v117(x):
     if type(x) is not dict:
         raise _Reject
     if not _C50.issuperset(x):
@@ -1372,23 +1385,23 @@ def _v116(x):
     return {"enabled": a0, "target_tokens": a1, "coef": a2}
 
 
-def _v105(x):
+def _v106(x):
     if type(x) is not dict:
         raise _Reject
     if not _C51.issuperset(x):
         raise _Reject
     a0 = x.get("failure_policy", _MISSING)
-    a0 = "zero" if a0 is _MISSING else _v106(a0)
+    a0 = "zero" if a0 is _MISSING else _v107(a0)
     a1 = x.get("exclude_truncated", _MISSING)
     a1 = False if a1 is _MISSING else _v27(a1)
     a2 = x.get("math", _MISSING)
-    a2 = _v107({}) if a2 is _MISSING else _v107(a2)
+    a2 = _v108({}) if a2 is _MISSING else _v108(a2)
     a3 = x.get("code", _MISSING)
-    a3 = _v109({}) if a3 is _MISSING else _v109(a3)
+    a3 = _v110({}) if a3 is _MISSING else _v110(a3)
     a4 = x.get("ifeval", _MISSING)
-    a4 = _v114({}) if a4 is _MISSING else _v114(a4)
+    a4 = _v115({}) if a4 is _MISSING else _v115(a4)
     a5 = x.get("length_penalty", _MISSING)
-    a5 = _v116({}) if a5 is _MISSING else _v116(a5)
+    a5 = _v117({}) if a5 is _MISSING else _v117(a5)
     return {
         "failure_policy": a0,
         "exclude_truncated": a1,
@@ -1399,7 +1412,7 @@ def _v105(x):
     }
 
 
-def _v117(x):
+def _v118(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C52.search(x) is None:
@@ -1407,14 +1420,14 @@ def _v117(x):
     return x
 
 
-def _v119(x):
+def _v120(x):
     y = _C53.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v120(x):
+def _v121(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C54.search(x) is None:
@@ -1422,7 +1435,7 @@ def _v120(x):
     return x
 
 
-def _v121(x):
+def _v122(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C55.search(x) is None:
@@ -1430,21 +1443,21 @@ def _v121(x):
     return x
 
 
-def _v122(x):
+def _v123(x):
     y = _C56.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v123(x):
+def _v124(x):
     y = _C57.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v118(x):
+def _v119(x):
     if type(x) is not dict:
         raise _Reject
     if not _C58.issuperset(x):
@@ -1462,21 +1475,21 @@ def _v118(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v119(a4)
+    a4 = _v120(a4)
     a5 = x.get("gpus", _MISSING)
     a5 = 1 if a5 is _MISSING else _v74(a5)
     a6 = x.get("revision", _MISSING)
     if a6 is _MISSING:
         raise _Reject
-    a6 = _v120(a6)
+    a6 = _v121(a6)
     a7 = x.get("prepared_dir", _MISSING)
     if a7 is _MISSING:
         raise _Reject
-    a7 = _v121(a7)
+    a7 = _v122(a7)
     a8 = x.get("chat_template", _MISSING)
-    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v122(a8)
+    a8 = "qwen3-no-thinking" if a8 is _MISSING else _v123(a8)
     a9 = x.get("context_extension", _MISSING)
-    a9 = "none" if a9 is _MISSING else _v123(a9)
+    a9 = "none" if a9 is _MISSING else _v124(a9)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1491,14 +1504,14 @@ def _v118(x):
     }
 
 
-def _v125(x):
+def _v126(x):
     y = _C59.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v126(x):
+def _v127(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C60.search(x) is None:
@@ -1506,7 +1519,7 @@ def _v126(x):
     return x
 
 
-def _v124(x):
+def _v125(x):
     if type(x) is not dict:
         raise _Reject
     if not _C61.issuperset(x):
@@ -1524,11 +1537,11 @@ def _v124(x):
     a4 = x.get("mode", _MISSING)
     if a4 is _MISSING:
         raise _Reject
-    a4 = _v125(a4)
+    a4 = _v126(a4)
     a5 = x.get("endpoint", _MISSING)
     if a5 is _MISSING:
         raise _Reject
-    a5 = _v126(a5)
+    a5 = _v127(a5)
     return {
         "model": a0,
         "max_context_length": a1,
@@ -1539,7 +1552,7 @@ def _v124(x):
     }
 
 
-def _v127(x):
+def _v128(x):
     if type(x) is not dict:
         raise _Reject
     t = x.get("mode")
@@ -1548,20 +1561,20 @@ def _v127(x):
     return _C62[t](x)
 
 
-def _v128(x):
+def _v129(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v117(k): _v127(v) for k, v in x.items()}
+    return {_v118(k): _v128(v) for k, v in x.items()}
 
 
-def _v130(x):
+def _v131(x):
     y = _C63.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v129(x):
+def _v130(x):
     if type(x) is not dict:
         raise _Reject
     if not _C64.issuperset(x):
@@ -1569,7 +1582,7 @@ def _v129(x):
     a0 = x.get("profile", _MISSING)
     if a0 is _MISSING:
         raise _Reject
-    a0 = _v130(a0)
+    a0 = _v131(a0)
     a1 = x.get("max_response_tokens", _MISSING)
     a1 = 2048 if a1 is _MISSING else _v16(a1)
     a2 = x.get("temperature", _MISSING)
@@ -1577,13 +1590,13 @@ def _v129(x):
     return {"profile": a0, "max_response_tokens": a1, "temperature": a2}
 
 
-def _v131(x):
+def _v132(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v129(v) for k, v in x.items()}
+    return {_v6(k): _v130(v) for k, v in x.items()}
 
 
-def _v133(x):
+def _v134(x):
     if type(x) is not dict:
         raise _Reject
     if not _C65.issuperset(x):
@@ -1599,30 +1612,30 @@ def _v133(x):
     return {"judge": a0, "rubric": a1}
 
 
-def _v134(x):
+def _v135(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v133(v) for k, v in x.items()}
+    return {_v6(k): _v134(v) for k, v in x.items()}
 
 
-def _v132(x):
+def _v133(x):
     if type(x) is not dict:
         raise _Reject
     if not _C66.issuperset(x):
         raise _Reject
     a0 = x.get("bindings", _MISSING)
-    a0 = {} if a0 is _MISSING else _v134(a0)
+    a0 = {} if a0 is _MISSING else _v135(a0)
     return {"bindings": a0}
 
 
-def _v136(x):
+def _v137(x):
     y = _C67.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v137(x):
+def _v138(x):
     if type(x) is not str:
         raise _Reject
     if not _printable(x) or _C68.search(x) is None:
@@ -1630,35 +1643,35 @@ def _v137(x):
     return x
 
 
-def _v138(x):
-    if x is None:
-        return None
-    return _v137(x)
-
-
 def _v139(x):
     if x is None:
         return None
-    return _v120(x)
+    return _v138(x)
 
 
 def _v140(x):
+    if x is None:
+        return None
+    return _v121(x)
+
+
+def _v141(x):
     if type(x) is not list:
         raise _Reject
     return [_v6(i) for i in x]
 
 
-def _v142(x):
+def _v143(x):
     return _plain(x)
 
 
-def _v143(x):
+def _v144(x):
     if type(x) is not dict:
         raise _Reject
-    return {_v6(k): _v142(v) for k, v in x.items()}
+    return {_v6(k): _v143(v) for k, v in x.items()}
 
 
-def _v141(x):
+def _v142(x):
     if type(x) is not dict:
         raise _Reject
     if not _C69.issuperset(x):
@@ -1670,25 +1683,25 @@ def _v141(x):
     a1 = x.get("interval", _MISSING)
     a1 = None if a1 is _MISSING else _v17(a1)
     a2 = x.get("generation", _MISSING)
-    a2 = {} if a2 is _MISSING else _v143(a2)
+    a2 = {} if a2 is _MISSING else _v144(a2)
     a3 = x.get("scoring", _MISSING)
-    a3 = {} if a3 is _MISSING else _v143(a3)
+    a3 = {} if a3 is _MISSING else _v144(a3)
     return {"task": a0, "interval": a1, "generation": a2, "scoring": a3}
 
 
-def _v144(x):
+def _v145(x):
     if type(x) is not list:
         raise _Reject
-    return [_v141(i) for i in x]
+    return [_v142(i) for i in x]
 
 
-def _v135(x):
+def _v136(x):
     if type(x) is not dict:
         raise _Reject
     if not _C70.issuperset(x):
         raise _Reject
     a0 = x.get("mode", _MISSING)
-    a0 = "shared" if a0 is _MISSING else _v136(a0)
+    a0 = "shared" if a0 is _MISSING else _v137(a0)
     a1 = x.get("temperature", _MISSING)
     a1 = 0.0 if a1 is _MISSING else _v66(a1)
     a2 = x.get("samples_per_prompt", _MISSING)
@@ -1702,9 +1715,9 @@ def _v135(x):
     a6 = x.get("final", _MISSING)
     a6 = True if a6 is _MISSING else _v27(a6)
     a7 = x.get("image", _MISSING)
-    a7 = None if a7 is _MISSING else _v138(a7)
+    a7 = None if a7 is _MISSING else _v139(a7)
     a8 = x.get("revision", _MISSING)
-    a8 = None if a8 is _MISSING else _v139(a8)
+    a8 = None if a8 is _MISSING else _v140(a8)
     a9 = x.get("gpus", _MISSING)
     a9 = 1 if a9 is _MISSING else _v74(a9)
     a10 = x.get("cluster", _MISSING)
@@ -1718,9 +1731,9 @@ def _v135(x):
     a14 = x.get("timeout", _MISSING)
     a14 = "3h" if a14 is _MISSING else _v38(a14)
     a15 = x.get("server_args", _MISSING)
-    a15 = [] if a15 is _MISSING else _v140(a15)
+    a15 = [] if a15 is _MISSING else _v141(a15)
     a16 = x.get("tasks", _MISSING)
-    a16 = [] if a16 is _MISSING else _v144(a16)
+    a16 = [] if a16 is _MISSING else _v145(a16)
     return {
         "mode": a0,
         "temperature": a1,
@@ -1742,14 +1755,14 @@ def _v135(x):
     }
 
 
-def _v146(x):
+def _v147(x):
     y = _C71.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v145(x):
+def _v146(x):
     if type(x) is not dict:
         raise _Reject
     if not _C72.issuperset(x):
@@ -1757,7 +1770,7 @@ def _v145(x):
     a0 = x.get("metrics_path", _MISSING)
     a0 = None if a0 is _MISSING else _v7(a0)
     a1 = x.get("wandb_mode", _MISSING)
-    a1 = "disabled" if a1 is _MISSING else _v146(a1)
+    a1 = "disabled" if a1 is _MISSING else _v147(a1)
     a2 = x.get("wandb_project", _MISSING)
     a2 = None if a2 is _MISSING else _v7(a2)
     a3 = x.get("wandb_team", _MISSING)
@@ -1779,13 +1792,13 @@ def _v145(x):
     }
 
 
-def _v148(x):
+def _v149(x):
     if x is None:
         return None
-    return _v121(x)
+    return _v122(x)
 
 
-def _v147(x):
+def _v148(x):
     if type(x) is not dict:
         raise _Reject
     if not _C73.issuperset(x):
@@ -1793,7 +1806,7 @@ def _v147(x):
     a0 = x.get("enabled", _MISSING)
     a0 = True if a0 is _MISSING else _v27(a0)
     a1 = x.get("shared_root", _MISSING)
-    a1 = None if a1 is _MISSING else _v148(a1)
+    a1 = None if a1 is _MISSING else _v149(a1)
     a2 = x.get("restore", _MISSING)
     a2 = True if a2 is _MISSING else _v27(a2)
     a3 = x.get("max_storage_bytes", _MISSING)
@@ -1809,20 +1822,20 @@ def _v147(x):
     }
 
 
-def _v150(x):
+def _v151(x):
     y = _C74.get((type(x).__name__, x), _MISSING) if _hashable(x) else _MISSING
     if y is _MISSING:
         raise _Reject
     return y
 
 
-def _v151(x):
+def _v152(x):
     if x is None:
         return None
     return _v66(x)
 
 
-def _v149(x):
+def _v150(x):
     if type(x) is not dict:
         raise _Reject
     if not _C75.issuperset(x):
@@ -1842,13 +1855,13 @@ def _v149(x):
     a6 = x.get("publish_timeout_s", _MISSING)
     a6 = 120.0 if a6 is _MISSING else _v23(a6)
     a7 = x.get("publication_transport", _MISSING)
-    a7 = "disk" if a7 is _MISSING else _v150(a7)
+    a7 = "disk" if a7 is _MISSING else _v151(a7)
     a8 = x.get("weight_audit", _MISSING)
     a8 = True if a8 is _MISSING else _v27(a8)
     a9 = x.get("max_logprob_mismatch", _MISSING)
-    a9 = None if a9 is _MISSING else _v151(a9)
+    a9 = None if a9 is _MISSING else _v152(a9)
     a10 = x.get("seed", _MISSING)
-    a10 = None if a10 is _MISSING else _v95(a10)
+    a10 = None if a10 is _MISSING else _v96(a10)
     return {
         "health_timeout_s": a0,
         "generate_timeout_s": a1,
@@ -1864,15 +1877,15 @@ def _v149(x):
     }
 
 
-def _v152(x):
+def _v153(x):
     if type(x) is not dict:
         raise _Reject
     if not _C76.issuperset(x):
         raise _Reject
     a0 = x.get("sglang", _MISSING)
-    a0 = {} if a0 is _MISSING else _v143(a0)
+    a0 = {} if a0 is _MISSING else _v144(a0)
     a1 = x.get("olmo_core", _MISSING)
-    a1 = {} if a1 is _MISSING else _v143(a1)
+    a1 = {} if a1 is _MISSING else _v144(a1)
     return {"sglang": a0, "olmo_core": a1}
 
 
@@ -1914,29 +1927,29 @@ def _v1(x):
     a10 = x.get("inference", _MISSING)
     a10 = _v68({}) if a10 is _MISSING else _v68(a10)
     a11 = x.get("optimizer", _MISSING)
-    a11 = _v89({}) if a11 is _MISSING else _v89(a11)
+    a11 = _v90({}) if a11 is _MISSING else _v90(a11)
     a12 = x.get("async", _MISSING)
-    a12 = _v94({}) if a12 is _MISSING else _v94(a12)
+    a12 = _v95({}) if a12 is _MISSING else _v95(a12)
     a13 = x.get("checkpoint", _MISSING)
-    a13 = _v103({}) if a13 is _MISSING else _v103(a13)
+    a13 = _v104({}) if a13 is _MISSING else _v104(a13)
     a14 = x.get("rewards", _MISSING)
-    a14 = _v105({}) if a14 is _MISSING else _v105(a14)
+    a14 = _v106({}) if a14 is _MISSING else _v106(a14)
     a15 = x.get("judges", _MISSING)
-    a15 = {} if a15 is _MISSING else _v128(a15)
+    a15 = {} if a15 is _MISSING else _v129(a15)
     a16 = x.get("rubrics", _MISSING)
-    a16 = {} if a16 is _MISSING else _v131(a16)
+    a16 = {} if a16 is _MISSING else _v132(a16)
     a17 = x.get("judging", _MISSING)
-    a17 = _v132({}) if a17 is _MISSING else _v132(a17)
+    a17 = _v133({}) if a17 is _MISSING else _v133(a17)
     a18 = x.get("evaluation", _MISSING)
-    a18 = _v135({}) if a18 is _MISSING else _v135(a18)
+    a18 = _v136({}) if a18 is _MISSING else _v136(a18)
     a19 = x.get("tracking", _MISSING)
-    a19 = _v145({}) if a19 is _MISSING else _v145(a19)
+    a19 = _v146({}) if a19 is _MISSING else _v146(a19)
     a20 = x.get("compiler_cache", _MISSING)
-    a20 = _v147({}) if a20 is _MISSING else _v147(a20)
+    a20 = _v148({}) if a20 is _MISSING else _v148(a20)
     a21 = x.get("runtime", _MISSING)
-    a21 = _v149({}) if a21 is _MISSING else _v149(a21)
+    a21 = _v150({}) if a21 is _MISSING else _v150(a21)
     a22 = x.get("native", _MISSING)
-    a22 = _v152({}) if a22 is _MISSING else _v152(a22)
+    a22 = _v153({}) if a22 is _MISSING else _v153(a22)
     return {
         "schema_version": a0,
         "name": a1,
@@ -2117,6 +2130,7 @@ _C32 = frozenset(
         "max_running_requests",
         "max_total_tokens",
         "mem_fraction_static",
+        "nodes",
         "num_engines",
         "placement",
         "prompts_per_collection",
@@ -2230,7 +2244,7 @@ _C60 = _re.compile("^https?://[^/@\\s:]+(:[0-9]+)?(/.*)?$")
 _C61 = frozenset(
     ["endpoint", "max_concurrent_calls", "max_context_length", "mode", "model", "timeout"]
 )
-_C62 = {"managed": _v118, "external": _v124}
+_C62 = {"managed": _v119, "external": _v125}
 _C63 = {
     ("str", "open-instruct/general-quality"): "open-instruct/general-quality",
     ("str", "open-instruct/general-quality_ref"): "open-instruct/general-quality_ref",
@@ -2281,7 +2295,7 @@ _C72 = frozenset(
 _C73 = frozenset(
     ["enabled", "max_storage_bytes", "publish_interval_seconds", "restore", "shared_root"]
 )
-_C74 = {("str", "disk"): "disk", ("str", "tensor"): "tensor"}
+_C74 = {("str", "disk"): "disk", ("str", "tensor"): "tensor", ("str", "distributed"): "distributed"}
 _C75 = frozenset(
     [
         "generate_timeout_s",
@@ -2326,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "edd510d5fb8cebecb20602424fa6aa43825555aae6c15e115e088b7e905a85f4"
+SOURCES = "01ed41f7c89c12d075317537bccacc1082f23d4ea68fbfc88e892e61c393ecec"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:d891c8458c547be0d2901f0955d563ea629ac2730927d04693b58eeec6a91a56"
+SCHEMA_DIGEST = "sha256:a27b23a7066ae670832c13b881e25c389943c0ccea0759fdacfedce9a6c2b047"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",
@@ -2445,6 +2459,7 @@ FIELD_TREE = {
         ("gpus", None),
         ("tensor_parallel", None),
         ("num_engines", None),
+        ("nodes", None),
         ("router", None),
         ("router_policy", None),
         ("router_cache_threshold", None),

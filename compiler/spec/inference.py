@@ -39,6 +39,13 @@ class InferenceSection(Section):
         ge=1,
         le=2048,
     )
+    nodes: int = fld(
+        0,
+        description="nodes that run only engines on a CPU run (0: the engines share node 0); "
+        "GPU runs derive engine nodes from inference.gpus",
+        ge=0,
+        le=64,
+    )
     router: bool = fld(True, description="put the engines behind sglang-router")
     router_policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = fld(
         "cache_aware", description="sglang-router load-balancing policy"

@@ -17,10 +17,11 @@ class RuntimeSection(Section):
     publish_timeout_s: float = fld(
         120.0, description="seconds for one weight publication to reach every engine", gt=0.0
     )
-    publication_transport: Literal["disk", "tensor"] = fld(
+    publication_transport: Literal["disk", "tensor", "distributed"] = fld(
         "disk",
-        description="how new weights reach the engines: a safetensors snapshot, or tensor "
-        "handles (CUDA IPC / shared memory) to engines on the trainer's node",
+        description="how new weights reach the engines: a safetensors snapshot, tensor "
+        "handles (CUDA IPC / shared memory) to engines on the trainer's node, or a "
+        "torch.distributed broadcast (NCCL on GPUs, gloo on CPU) to engines anywhere",
     )
     weight_audit: bool = fld(
         True, description="compare engine and trainer weight checksums at start"

@@ -87,6 +87,27 @@ def sglang_installed() -> bool:
     return importlib.util.find_spec("sglang") is not None
 
 
+# Every engine endpoint the runtime calls -> the SGLang endpoint used where an engine lacks
+# it (None: SGLang has it). tests/unit/test_sglang_compat.py checks this table against the
+# pinned sglang wheel's http_server and against the paths the runtime's sources call.
+ENGINE_ENDPOINTS: dict[str, str | None] = {
+    "/generate": None,
+    "/health": None,
+    "/health_generate": None,
+    "/flush_cache": None,
+    "/abort_request": None,
+    "/get_model_info": None,
+    "/get_server_info": None,
+    "/update_weights_from_disk": None,
+    "/update_weights_from_tensor": None,
+    "/init_weights_update_group": None,
+    "/update_weights_from_distributed": None,
+    "/destroy_weights_update_group": None,
+    "/get_weights_by_name": None,
+    # rlc's device checksum (embedded engine); the audit reads weights by name on SGLang
+    "/get_weight_checksum": "/get_weights_by_name",
+}
+
 # Env for rollout engines, as slime/miles set it: a cheap liveness /health (no generation).
 DEFAULT_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -88,17 +89,47 @@ def prune_snapshots(root: Path, keep: int) -> None:
 class DiskPublisher:
     """Publishes successive policy versions to a fixed set of engines."""
 
-    def __init__(self, root: Path, urls: Sequence[str], timeout_s: float, keep: int = 2) -> None:
+    def __init__(
+        self,
+        root: Path,
+        urls: Sequence[str],
+        timeout_s: float,
+        keep: int = 2,
+        writer: Callable[[Mapping[str, object], Path], Path] | None = None,
+    ) -> None:
         self.root = root
         self.urls = list(urls)
         self.timeout_s = timeout_s
         self.keep = keep
+        # ``writer(state, dir)``: another snapshot layout (HF for SGLang, ``hf_snapshot``)
+        self.writer = writer
 
     def publish(self, state_dict: Mapping[str, object], version: int) -> PublishResult:
         t0 = time.monotonic()
-        path = write_snapshot(state_dict, self.root, version)
+        if self.writer is not None:
+            path = self.writer(state_dict, snapshot_dir(self.root, version))
+        else:
+            path = write_snapshot(state_dict, self.root, version)
         t1 = time.monotonic()
         load_on_engines(self.urls, path, version, self.timeout_s)
         t2 = time.monotonic()
         prune_snapshots(self.root, self.keep)
         return PublishResult(version=version, path=path, write_s=t1 - t0, load_s=t2 - t1)
+
+
+def hf_snapshot(
+    model: Any, tokenizer: Any, dtype: Any
+) -> Callable[[Mapping[str, object], Path], Path]:
+    """A writer of HF-layout snapshots (config.json, HF tensor names, tokenizer): what
+    SGLang's ``/update_weights_from_disk`` loads; the embedded engine reads them too."""
+    from runtime.models.hf import export_hf
+
+    def write(state: Mapping[str, object], out: Path) -> Path:
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        export_hf(model, tokenizer, tmp, state_dict=dict(state), dtype=dtype)  # type: ignore[arg-type]
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        return out
+
+    return write

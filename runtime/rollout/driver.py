@@ -383,6 +383,45 @@ def _serving_dtype(cfg: RunConfig) -> Any:
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
+def _logprob_fn(trainer: Any) -> Any:
+    """The trainer's logprobs of ``response`` after ``prompt`` (behavioural weight audit)."""
+    from runtime.trainer.types import Sample as TrainSample
+
+    def fn(prompt: list[int], response: list[int]) -> list[float]:
+        sample = TrainSample(prompt_ids=prompt, response_ids=response, advantage=0.0)
+        return [float(x) for x in trainer.inner.compute_logprobs([sample])[0].tolist()]
+
+    return fn
+
+
+def _hf_names(model: Any) -> Any:
+    """SGLang loads HF names: OLMo-core's converter renames the trainer's state."""
+    from olmo_core.nn.hf import convert_state_to_hf, get_hf_config
+
+    hf_config = get_hf_config(model)
+    return lambda sd: convert_state_to_hf(hf_config, dict(sd))
+
+
+def _distributed_publisher(runner: NodeRunner, model: Any) -> Any:
+    """Broadcast publication from this (trainer) node: NCCL on GPUs, gloo on CPU."""
+    from runtime.engines.process import free_port
+    from runtime.publication.distributed import DistributedPublisher
+
+    cfg = runner.cfg
+    return DistributedPublisher(
+        runner.engine_urls,
+        cfg.runtime.publish_timeout_s,
+        master_address=runner.ident.address,
+        master_port=free_port("0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"),
+        backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
+        ranks_per_engine=int(cfg.inference.raw.get("tensor_parallel") or 1)
+        if cfg.inference.engine == "sglang"
+        else 1,
+        dtype=_serving_dtype(cfg),
+        convert=_hf_names(model) if cfg.inference.engine == "sglang" else None,
+    )
+
+
 # ---- the trainer node ------------------------------------------------------------------------
 def train(runner: NodeRunner) -> dict[str, Any]:
     """Run GRPO on this (trainer) node; returns the end-of-run summary."""
@@ -399,10 +438,20 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     tokenizer = trainer.tokenizer
     transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))
-    publisher = make_publisher(
-        transport, runner.engine_urls, cfg.runtime.publish_timeout_s, cfg.paths.engine_weights
-    )
-    if isinstance(publisher, TensorPublisher):  # share the trainer's own (device) tensors
+    if transport == "distributed":
+        publisher: Any = _distributed_publisher(runner, trainer.inner.model)
+        if cfg.inference.engine == "sglang":
+            publisher.logprobs = _logprob_fn(trainer)
+    else:
+        publisher = make_publisher(
+            transport, runner.engine_urls, cfg.runtime.publish_timeout_s, cfg.paths.engine_weights
+        )
+        if transport == "disk" and cfg.inference.engine == "sglang":
+            from runtime.publication.disk import hf_snapshot
+
+            publisher.writer = hf_snapshot(trainer.inner.model, tokenizer, _serving_dtype(cfg))
+    if isinstance(publisher, TensorPublisher) or transport == "distributed":
+        # share the trainer's own (device) tensors; NCCL broadcasts from the GPU
         trainer.publication_device = next(trainer.inner.model.parameters()).device
     runner.publisher = publisher
 
@@ -420,11 +469,19 @@ def train(runner: NodeRunner) -> dict[str, Any]:
         # weights: compare what the engines should hold
         if isinstance(publisher, TensorPublisher):  # device checksums, no copy to the CPU
             publisher.audit(trainer.state_dict_for_publication())
+        elif transport == "distributed":
+            publisher.audit(trainer.state_dict_for_publication(dtype=_serving_dtype(cfg)))
         else:
+            served = trainer.state_dict_for_publication(dtype=_serving_dtype(cfg))
+            by_name = None
+            if cfg.inference.engine == "sglang":  # SGLang has no checksum endpoint
+                by_name = _hf_names(trainer.inner.model)(served)
             audit(
-                state_checksum(trainer.state_dict_for_publication(dtype=_serving_dtype(cfg))),
+                state_checksum(served),
                 runner.engine_urls,
                 cfg.runtime.publish_timeout_s,
+                state=by_name,
+                logprobs=_logprob_fn(trainer) if by_name is not None else None,
             )
         log(
             f"weight audit: {len(runner.engine_urls)} engine(s) match the trainer "

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runtime.config import ConfigError, from_manifest
-from runtime.placement import PlacementError, engine_url, node_identity, roles_for
+from runtime.placement import PlacementError, engine_env, node_identity, roles_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,8 +94,23 @@ def test_roles_per_node_and_replica_count() -> None:
     r1 = roles_for(cfg.placement, node_identity(env1))
     assert r0.trainer and r0.router and [e.id for e in r0.engines] == [0]
     assert not r1.trainer and not r1.router and [e.id for e in r1.engines] == [1]
-    # engine on another node is reached via the leader host from node 0's point of view
-    assert engine_url(cfg.placement.engines[0], node_identity(env0)) == "http://127.0.0.1:30000"
+    assert node_identity(env0).leader_host == "lead"
+    # explicit RLC_* variables win over Beaker's (other schedulers, simulated nodes)
+    rlc = dict(env1, RLC_NODE_RANK="0", RLC_NUM_NODES="2", RLC_LEADER_ADDR="127.0.1.1")
+    ident = node_identity({**rlc, "RLC_NODE_ADDR": "127.0.1.1", "RLC_REGISTRY_PORT": "4242"})
+    assert (ident.rank, ident.leader_host, ident.address, ident.registry_port) == (
+        0,
+        "127.0.1.1",
+        "127.0.1.1",
+        4242,
+    )
+    with pytest.raises(PlacementError, match="no leader address"):
+        node_identity({"RLC_NODE_RANK": "1", "RLC_NUM_NODES": "2"})
+    assert engine_env(cfg.placement.engines[0]) == (
+        {"CUDA_VISIBLE_DEVICES": ",".join(map(str, cfg.placement.engines[0].gpus))}
+        if cfg.placement.engines[0].gpus
+        else {}
+    )
     with pytest.raises(PlacementError, match="compiled for 2 node"):
         roles_for(cfg.placement, node_identity({}))
     with pytest.raises(PlacementError, match="outside"):

@@ -133,6 +133,19 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def load_snapshot(path: str | Path) -> dict[str, torch.Tensor]:
+    """A weight snapshot under OLMo-core names: an HF-layout directory (``config.json``, HF
+    names, as SGLang loads it) is converted with OLMo-core's converter; else read as is."""
+    p = Path(path)
+    if p.is_dir() and (p / "config.json").exists():
+        import json
+
+        from runtime.models.hf import load_hf_state
+
+        return load_hf_state(p, json.loads((p / "config.json").read_text()))
+    return load_safetensors_dir(p)
+
+
 def load_safetensors_dir(path: str | Path) -> dict[str, torch.Tensor]:
     """Read every ``*.safetensors`` file of a directory (or one file) into one state dict."""
     from safetensors.torch import load_file
@@ -407,7 +420,7 @@ class Engine:
             self._apply_tensors(upd)
             return self._tensor_hold()
         try:
-            state = load_safetensors_dir(upd.path)
+            state = load_snapshot(upd.path)
             with self._lock:
                 missing = set(self.model.state_dict()) - set(state)
                 unexpected = set(state) - set(self.model.state_dict())

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from .engine import Engine, GenRequest
 from .sampling import BadRequest, SamplingParams
+from .weight_group import add_routes
 
 log = logging.getLogger(__name__)
 
@@ -362,6 +363,7 @@ def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     r.add_get("/get_weight_version", get_weight_version)
     r.add_get("/get_weight_checksum", get_weight_checksum)
     r.add_post("/abort_request", abort_request)
+    add_routes(app, engine)
 
     async def on_cleanup(app: web.Application) -> None:
         await asyncio.to_thread(engine.stop)

@@ -1,0 +1,90 @@
+"""What each node starts for the multi-node examples: roles, argv (with the port the node
+gives), environment (GPU pinning, the RLC_* variables of simulated nodes). Golden values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config(spec: str):
+    from compiler.pipeline import compile_spec
+    from runtime.config import from_manifest
+
+    return from_manifest(compile_spec(str(ROOT / "specs" / "examples" / spec), []).manifest())
+
+
+def ident(rank: int, count: int):
+    from runtime.launch.local_nodes import node_env
+    from runtime.placement import node_identity
+
+    return node_identity(node_env(rank, count, 4242))
+
+
+def test_multinode_cpu_roles_argv_env() -> None:
+    from runtime.execute import engine_command
+    from runtime.launch.local_nodes import node_env
+    from runtime.placement import engine_env, roles_for
+
+    cfg = config("multinode-cpu.toml")
+    assert cfg.placement.num_nodes == 2
+    r0, r1 = (roles_for(cfg.placement, ident(k, 2)) for k in range(2))
+    assert r0.describe() == "node 0: router, trainer"
+    assert [e.id for e in r1.engines] == [0, 1] and not (r1.router or r1.trainer)
+    assert node_env(1, 2, 4242) == {
+        "RLC_NODE_RANK": "1",
+        "RLC_NUM_NODES": "2",
+        "RLC_LEADER_ADDR": "127.0.1.1",
+        "RLC_NODE_ADDR": "127.0.1.2",
+        "RLC_REGISTRY_PORT": "4242",
+    }
+    i1 = ident(1, 2)
+    assert (i1.address, i1.leader_host, i1.registry_port) == ("127.0.1.2", "127.0.1.1", 4242)
+    argv = engine_command(cfg, 1, 40001, host="0.0.0.0")
+    assert argv[1:3] == ["-m", "runtime.engines.embedded"]
+    assert argv[argv.index("--port") + 1] == "40001" and argv.count("--port") == 1
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert argv[argv.index("--device") + 1] == "cpu"
+    assert engine_env(r1.engines[0]) == {}  # CPU engines: nothing to pin
+
+
+def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
+    from runtime.execute import engine_command
+    from runtime.placement import engine_env, node_identity, roles_for
+
+    cfg = config("multinode.toml")
+    env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
+    roles = [
+        roles_for(cfg.placement, node_identity({**env, "BEAKER_REPLICA_RANK": str(k)}))
+        for k in range(4)
+    ]
+    assert [r.trainer for r in roles] == [True, True, False, False]
+    assert [r.router for r in roles] == [True, False, False, False]
+    assert [[e.id for e in r.engines] for r in roles] == [
+        [],
+        [],
+        list(range(8)),
+        list(range(8, 16)),
+    ]
+    for e in roles[3].engines:
+        assert engine_env(e) == {"CUDA_VISIBLE_DEVICES": str(e.id - 8)}
+        argv = engine_command(cfg, e.id, 41000 + e.id, host="0.0.0.0")
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert argv[argv.index("--port") + 1] == str(41000 + e.id)
+        flags = [a for a in argv if a.startswith("--")]
+        assert len(flags) == len(set(flags))
+        assert "--cuda-graph-max-bs-decode" in flags and "--cuda-graph-max-bs" not in flags
+
+
+@pytest.mark.parametrize("env", [{}, {"RLC_NODE_RANK": "x", "RLC_NUM_NODES": "2"}])
+def test_bad_node_variables_are_user_errors(env: dict[str, str]) -> None:
+    from runtime.placement import PlacementError, node_identity
+
+    if not env:
+        assert node_identity(env).count == 1
+        return
+    with pytest.raises(PlacementError, match="bad node rank variables"):
+        node_identity(env)

@@ -1,0 +1,147 @@
+"""SGLang as it really is: every flag rlc emits and every endpoint the runtime calls, checked
+against the pinned sglang wheel's own source (downloaded with pip, parsed, never imported).
+
+The wheel is fetched once into a cache directory (``RLC_SGLANG_WHEEL`` names a wheel already
+on disk); the module skips, saying so, only where it cannot be fetched."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PIN = json.loads((ROOT / "runtime.lock.json").read_text())["sources"]["sglang"]["version"]
+SGLANG_SPECS = ("gsm8k-dense.toml", "moe-async.toml", "multinode.toml", "hybrid-moe.toml")
+VARIANTS = (
+    (),
+    ("inference.cuda_graph_decode=false", "inference.chunked_prefill_size=4096"),
+)
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    given = os.environ.get("RLC_SGLANG_WHEEL")
+    if given:
+        return Path(given)
+    cache = Path(tempfile.gettempdir()) / f"rlc-sglang-wheel-{PIN}"
+    found = sorted(cache.glob(f"sglang-{PIN}-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"sglang=={PIN}"]
+        try:
+            proc = subprocess.run(
+                [*cmd, "-d", str(cache)], capture_output=True, text=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            pytest.skip(f"the sglang {PIN} wheel could not be fetched: {exc}")
+        found = sorted(cache.glob(f"sglang-{PIN}-*.whl"))
+        if proc.returncode != 0 or not found:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+            pytest.skip(f"the sglang {PIN} wheel could not be fetched with pip: {tail}")
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def flags(wheel: Path) -> set[str]:
+    """Every option string sglang's server parser accepts (flags and aliases)."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_native_sglang", ROOT / "scripts" / "gen_native_sglang.py"
+    )
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    table: dict[str, Any] = gen.generate(str(wheel))
+    out: set[str] = set()
+    for key, opt in table["options"].items():
+        out.add(opt.get("flag") or "--" + key.replace("_", "-"))
+        out.update(a for a in opt.get("aliases", []) if a.startswith("-"))
+        if opt.get("negatable"):
+            out.add("--no-" + key.replace("_", "-"))
+    assert "--model-path" in out and "--tp-size" in out
+    return out
+
+
+@pytest.fixture(scope="module")
+def routes(wheel: Path) -> set[str]:
+    """Paths of sglang's HTTP server: route decorators and add_api_route calls."""
+    with zipfile.ZipFile(wheel) as z:
+        tree = ast.parse(z.read("sglang/srt/entrypoints/http_server.py").decode())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        calls = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_api_route":
+            calls = [node]
+        for call in calls:
+            if call.args and isinstance(call.args[0], ast.Constant):
+                out.add(str(call.args[0].value))
+    assert "/generate" in out
+    return out
+
+
+def compiled_argv(spec: str, sets: tuple[str, ...]) -> list[list[str]]:
+    from compiler.pipeline import compile_spec
+
+    manifest = compile_spec(str(ROOT / "specs" / "examples" / spec), list(sets)).manifest()
+    argv = manifest["commands"]["engine_argv"]
+    assert argv and argv[0][:3] == ["python", "-m", "sglang.launch_server"]
+    return [list(a) for a in argv]
+
+
+@pytest.mark.parametrize("spec", SGLANG_SPECS)
+@pytest.mark.parametrize("sets", VARIANTS, ids=lambda s: "+".join(s) or "default")
+def test_every_emitted_flag_exists_once(spec: str, sets: tuple[str, ...], flags: set[str]) -> None:
+    from runtime.engines.sglang import sglang_argv
+
+    for argv in compiled_argv(spec, sets):
+        # as the runtime really starts it: host and port set to what the node gave it
+        final = sglang_argv(argv, host="0.0.0.0", port=40123, python="python")
+        emitted = [a.split("=", 1)[0] for a in final[3:] if a.startswith("--")]
+        unknown = [f for f in emitted if f not in flags]
+        assert not unknown, f"{spec}: sglang {PIN} has no {unknown}"
+        twice = sorted({f for f in emitted if emitted.count(f) > 1})
+        assert not twice, f"{spec}: emitted twice: {twice}"
+
+
+def test_native_sglang_conflicting_with_a_field_is_a_positioned_error(tmp_path: Path) -> None:
+    from compiler.pipeline import compile_spec
+
+    spec = tmp_path / "s.toml"
+    text = (ROOT / "specs" / "examples" / "gsm8k-dense.toml").read_text()
+    spec.write_text(text + "\n[native.sglang]\ncuda_graph_max_bs_decode = 8\n")
+    found = [d for d in compile_spec(str(spec), []).errors if d.code == "native-owned"]
+    assert found and "inference.cuda_graph_max_bs" in " ".join(found[0].help)
+    assert found[0].span is not None and found[0].span.line == text.count("\n") + 3
+
+
+def test_every_called_endpoint_exists_or_has_a_fallback(routes: set[str]) -> None:
+    from runtime.engines.sglang import ENGINE_ENDPOINTS
+
+    for path, fallback in ENGINE_ENDPOINTS.items():
+        assert path in routes or (fallback is not None and fallback in routes), path
+
+
+def test_the_endpoint_table_covers_what_the_runtime_calls() -> None:
+    from runtime.engines.sglang import ENGINE_ENDPOINTS
+
+    sources = [ROOT / "runtime" / "engines" / "client.py", ROOT / "runtime" / "execute.py"]
+    sources += sorted((ROOT / "runtime" / "publication").glob("*.py"))
+    called: set[str] = set()
+    for path in sources:
+        text = path.read_text()
+        called.update(re.findall(r"\{url\}(/[a-z_]+)", text))
+        called.update(re.findall(r"_request\(\"[A-Z]+\", \"(/[a-z_]+)\"", text))
+        called.update(re.findall(r"\.(?:get|post)\(\"(/[a-z_]+)\"", text))
+        called.update(re.findall(r"\"(/(?:init|update|destroy|get)_weights?_[a-z_]+)\"", text))
+    assert called - {"/workers"} <= set(ENGINE_ENDPOINTS), called - set(ENGINE_ENDPOINTS)
