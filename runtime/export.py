@@ -1,7 +1,8 @@
 """``rlc export RUN_DIR --out DIR [--step N]``: an HF checkpoint from a run's native checkpoint.
 
-Takes the newest complete checkpoint under ``RUN_DIR/checkpoints`` (or the one of step N)
-and writes what ``transformers.AutoModelForCausalLM.from_pretrained`` loads, through the same
+Takes the newest complete checkpoint under ``RUN_DIR/checkpoints`` (or the one of step N;
+a sharded trainer's ``dist/`` shards are read with the model rebuilt from the manifest the run
+filed under ``RUN_DIR/manifests``) and writes what ``transformers.AutoModelForCausalLM.from_pretrained`` loads, through the same
 OLMo-core converters as the end-of-run export. ``--out`` must be new or empty: nothing the
 user had is overwritten.
 """
@@ -9,6 +10,7 @@ user had is overwritten.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class ExportError(ValueError):
@@ -34,6 +36,33 @@ def checkpoint_model_dir(run_dir: Path, step: int | None) -> tuple[int, Path]:
     return step_found, path / "model"
 
 
+def _load_sharded(run_dir: Path, ckpt: Path) -> Any:
+    """A sharded trainer's checkpoint (``dist/``, no model config beside it): rebuild the
+    model from the run's filed manifest, then read the shards in this one process."""
+    import json
+
+    from olmo_core.distributed.checkpoint import load_model_and_optim_state
+
+    from runtime.models import load_model
+
+    if not (ckpt / "dist").is_dir():
+        raise ExportError(f"{ckpt} has neither a model/ directory nor dist/ shards")
+    digest = json.loads((ckpt / "meta.json").read_text()).get("digest") or ""
+    short = str(digest).removeprefix("sha256:")[:16]
+    for path in sorted((run_dir / "manifests").glob(f"*-{short}.json")) if short else []:
+        manifest = json.loads(path.read_text())
+        if manifest.get("digest") == digest:
+            break
+    else:
+        raise ExportError(
+            f"{ckpt} is sharded and {run_dir}/manifests has no manifest {digest or '(none)'}"
+        )
+    model = manifest["config"]["model"]
+    loaded = load_model(model["source"], hf_template=model.get("hf_template"))
+    load_model_and_optim_state(str(ckpt / "dist"), loaded.model)
+    return loaded
+
+
 def export_run(run_dir: Path, out: Path, step: int | None = None) -> tuple[int, Path]:
     """Write the HF export; returns ``(step, out)``."""
     from runtime.models import ModelLoadError, export_hf, load_model
@@ -43,8 +72,11 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> tuple[int, 
         raise ExportError(f"{out} exists and is not an empty directory; choose a new --out")
     step_found, model_dir = checkpoint_model_dir(run_dir, step)
     try:
-        loaded = load_model(str(model_dir))
+        if model_dir.is_dir():
+            loaded = load_model(str(model_dir))
+        else:
+            loaded = _load_sharded(run_dir, model_dir.parent)
         export_hf(loaded, loaded.tokenizer, out)
     except (ModelLoadError, UnsupportedHFModel) as exc:
-        raise ExportError(f"cannot export {model_dir}: {exc}") from exc
+        raise ExportError(f"cannot export {model_dir.parent}: {exc}") from exc
     return step_found, out
