@@ -96,3 +96,17 @@ def test_document_mask_window() -> None:
         dtype=torch.bool,
     )
     assert torch.equal(m, expected)
+
+
+def test_trainer_honours_attention_backend() -> None:
+    from runtime.models.attention import FlexDocAttentionBackend
+    from runtime.trainer import Trainer, TrainerConfig
+
+    cfg = TrainerConfig.from_manifest({"config": {"trainer": {"attention_backend": "flex"}}})
+    assert cfg.attention_backend == "flex"
+    trainer = Trainer(cfg)
+    try:
+        kinds = {type(m) for m in trainer.model.modules() if "Backend" in type(m).__name__}
+        assert kinds == {FlexDocAttentionBackend}
+    finally:
+        trainer.close()

@@ -1,0 +1,47 @@
+"""Decode-path flags: compiled CUDA-graph decode by default on GPU, opt-outs honoured."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from compiler.pipeline import compile_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _engine_argv(*overrides: str) -> list[str]:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        m = compile_spec("specs/examples/quickstart.toml", list(overrides)).manifest()
+    finally:
+        os.chdir(cwd)
+    argv: list[str] = m["commands"]["engine_argv"][0]  # type: ignore[index]
+    return argv
+
+
+def test_cuda_graph_decode_false_reaches_the_engine() -> None:
+    pytest.importorskip("torch")
+    from runtime.engines.embedded.__main__ import build_parser
+
+    on = _engine_argv()
+    assert "--disable-cuda-graph" not in on
+    off = _engine_argv("inference.cuda_graph_decode=false")
+    assert "--disable-cuda-graph" in off
+    args = build_parser().parse_args(off[3:])
+    assert args.cuda_graph is False and args.compile_decode is None
+    args = build_parser().parse_args([*on[3:], "--disable-compile-decode"])
+    assert args.cuda_graph is None and args.compile_decode is False
+
+
+def test_engine_defaults_follow_the_device() -> None:
+    pytest.importorskip("olmo_core")
+    from runtime.engines.embedded.engine import Engine
+    from runtime.engines.embedded.tiny import build_tiny
+
+    eng = Engine(build_tiny("dense"), model_path="t", max_running_requests=2, context_length=32)
+    assert eng.cuda_graph is False and eng.compile_decode is False  # CPU: eager
+    assert not eng.im.compiled and eng.im.graph_keys() == []
