@@ -9,6 +9,7 @@ already normalised by the global token count, so the update equals one rank on t
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,9 @@ def parallelize(
     )
     from torch.distributed.fsdp import FSDPModule
 
+    # gathering an expert weight (EP shard inside an FSDP shard) takes two all-gathers;
+    # DTensor warns about that on every publication: expected here, so keep the log clean
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     mesh = get_world_mesh()
     if mesh is None:
         if plan.hsdp:

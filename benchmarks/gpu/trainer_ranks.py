@@ -1,0 +1,116 @@
+"""GRPO update tokens/s through the trainer-rank launcher (one process per GPU).
+
+Compiles ``specs/examples/gpu-dense.toml`` (or ``gpu-moe.toml`` with ``--moe``) with
+``trainer.gpus = --gpus`` and ``trainer.expert_parallel = --ep``, then builds trainer rank 0
+exactly as ``runtime.execute`` does (``runtime.trainer.ranks.lead_trainer``: the other ranks
+are started by torch elastic and follow rank 0) and times ``train_step`` on the batch of
+``benchmarks/trainer_step.py`` (16 samples of 256 + ~768 tokens, rows of <= 8192 tokens).
+World 1 compares with docs/benchmarks.md section 1 (GRPO ``Trainer.train_step``: 21.4k
+tokens/s on builtin:olmo3-1b). Prints one JSON line; under 3 minutes on one H200:
+
+    python3 benchmarks/gpu/trainer_ranks.py --gpus 1
+    python3 benchmarks/gpu/trainer_ranks.py --gpus 2            # FSDP over 2 GPUs
+    python3 benchmarks/gpu/trainer_ranks.py --gpus 2 --moe --ep 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def compile_manifest(spec: Path, sets: list[str], out: Path) -> Path:
+    argv = [sys.executable, "-m", "compiler.cli", "compile", str(spec), "-o", str(out)]
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"compile failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    found = sorted(out.glob("*/manifest.json"))
+    if not found:
+        raise SystemExit(f"no manifest under {out}")
+    return found[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--moe", action="store_true", help="specs/examples/gpu-moe.toml")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--response-len", type=int, default=768)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--spec", type=Path, default=None, help="another spec (e.g. a CPU one)")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="more overrides")
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args()
+
+    import torch
+    from trainer_step import make_samples
+
+    from compiler.manifest import load_manifest
+    from runtime.trainer.ranks import lead_trainer
+
+    spec = ROOT / "specs" / "examples" / ("gpu-moe.toml" if args.moe else "gpu-dense.toml")
+    sets = [f"trainer.expert_parallel={args.ep}", "trainer.packing_max_tokens=8192"]
+    if args.spec is None:
+        spec_sets = [f"trainer.gpus={args.gpus}", "inference.max_context_length=1280"]
+        sets += spec_sets + (['inference.placement="disaggregated"'] if args.gpus > 1 else [])
+        if not args.moe:  # the model of docs/benchmarks.md section 1
+            sets.append('model.source="builtin:olmo3-1b?vocab_size=100352"')
+    else:
+        spec = args.spec
+    sets += args.sets
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    with tempfile.TemporaryDirectory(prefix="rlc-ranks-") as tmp:
+        path = compile_manifest(spec, sets, Path(tmp))
+        manifest = load_manifest(path)
+        t0 = time.perf_counter()
+        trainer = lead_trainer(manifest, path, Path(tmp) / "logs")
+        startup_s = time.perf_counter() - t0
+        vocab = int(trainer.loaded.config.vocab_size)
+        samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)
+        tokens = sum(s.num_tokens for s in samples)
+        times = []
+        try:
+            for i in range(args.warmup + args.steps):
+                sync()
+                t = time.perf_counter()
+                trainer.train_step(samples)
+                sync()
+                if i >= args.warmup:
+                    times.append(time.perf_counter() - t)
+        finally:
+            trainer.close()
+    step = statistics.median(times)
+    world = trainer.world_size
+    print(
+        json.dumps(
+            {
+                "model": manifest["config"]["model"]["source"],
+                "world_size": world,
+                "expert_parallel": args.ep,
+                "tokens_per_step": tokens,
+                "step_s": round(step, 4),
+                "tokens_per_s": round(tokens / step, 1),
+                "tokens_per_s_per_gpu": round(tokens / step / world, 1),
+                "startup_s": round(startup_s, 1),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
