@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +69,18 @@ class TrainerRanks:
         tail = _last_line(result.stderrs.get(idx, ""))
         return f"trainer rank {rank} died ({how})" + (f": {tail}" if tail else "")
 
-    def check(self, clean_exit_ok: bool = False) -> None:
+    def check(self, clean_exit_ok: bool = False, grace_s: float = 0.0) -> None:
         """Raise :class:`RankFailure` naming the first rank that is gone (failed, or any
-        exit unless ``clean_exit_ok``)."""
-        problem = self._failure(clean_exit_ok)
-        if problem:
-            raise RankFailure(problem)
+        exit unless ``clean_exit_ok``). ``grace_s``: after a failed collective, give the
+        dead rank's exit that long to be seen (the peer's socket closes first)."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            problem = self._failure(clean_exit_ok)
+            if problem:
+                raise RankFailure(problem)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)
 
     def wait(self, poll_s: float = 1.0) -> int:
         """Block until every rank exited; 0 when all exited cleanly."""

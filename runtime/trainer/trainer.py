@@ -203,7 +203,7 @@ def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(self, *args, **kwargs)
         except Exception:
             if self.peer_check is not None:  # a lost rank is the cause: name it
-                self.peer_check()
+                self.peer_check(grace_s=5.0)
             raise
         finally:
             self._depth -= 1
@@ -244,7 +244,7 @@ class Trainer:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         self._depth = 0
-        self.peer_check: Callable[[], None] | None = None  # rank 0: raises if a rank died
+        self.peer_check: Callable[..., None] | None = None  # rank 0: raises if a rank died
         self.after_close: Callable[[], None] | None = None  # rank 0: reap the rank processes
         self.dist: DistInfo = init_distributed(cfg.device, rendezvous=rendezvous)
         if self.dist.world_size % cfg.expert_parallel:

@@ -1,0 +1,73 @@
+"""The quickstart with several trainer ranks (gloo on CPU): FSDP over two processes, EP2 on
+the tiny MoE, and kill -9 of one rank (the run stops with exit 3 naming it, then resumes)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from rt_helpers import SMALL, compile_manifest, kill9, records, run, start, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _follower_pid(root: Path, timeout: float = 120) -> int:
+    """The pid of trainer rank 1 (``python -m runtime.trainer.ranks``) of this run."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["pgrep", "-f", "runtime.trainer.ranks"], capture_output=True, text=True
+        ).stdout.split()
+        for pid in out:
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(root).encode() in cmd and b"RANK=1\0" in env:
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError("trainer rank 1 did not start")
+
+
+def test_two_cpu_ranks_survive_kill9_of_a_rank_and_resume(tmp_path: Path) -> None:
+    manifest = compile_manifest(
+        tmp_path, (*SMALL, "training.num_rollouts=3", "trainer.cpu_processes=2")
+    )
+    root = tmp_path / "run"
+    proc = start(manifest)
+    wait_for(lambda: len(records(root)) >= 1, timeout=150, proc=proc)
+    kill9(_follower_pid(manifest.parent))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    assert "trainer rank 1 died (signal 9)" in out, out[-2000:]
+    assert all(r["trainer/world_size"] == 2 for r in records(root))
+
+    code, out = run(manifest, timeout=200)
+    assert code == 0, out[-3000:]
+    assert "resumed from collection" in out
+    got = records(root)
+    assert [r["collection"] for r in got][-1] == 2
+    assert {r["trainer/world_size"] for r in got} == {2.0}
+
+
+def test_tiny_moe_expert_parallel_two_ranks(tmp_path: Path) -> None:
+    manifest = compile_manifest(
+        tmp_path,
+        (
+            *SMALL,
+            "training.num_rollouts=2",
+            'model.source="builtin:tiny-moe"',
+            "trainer.cpu_processes=2",
+            "trainer.expert_parallel=2",
+        ),
+    )
+    code, out = run(manifest, timeout=200)
+    assert code == 0, out[-3000:]
+    got = records(tmp_path / "run")
+    assert [r["collection"] for r in got] == [0, 1]
+    assert all(r["trainer/expert_parallel"] == 2 and r["trainer/world_size"] == 2 for r in got)
+    ckpt = tmp_path / "run" / "checkpoints"
+    assert any((p / "dist").is_dir() for p in ckpt.iterdir())
