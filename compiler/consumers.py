@@ -104,10 +104,16 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "training.max_refill_rounds": ("runtime:runtime.rollout.collect:Collector.collect",),
     "training.max_run_seconds": ("runtime:runtime.rollout.loop:GRPOLoop._out_of_time",),
     # [trainer]
-    "trainer.nodes": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
-    "trainer.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
+    "trainer.nodes": (
+        "compile:sizes the placement plan the runtime executes (plan.placement)",
+        _TRAINER,
+    ),
+    "trainer.gpus": (
+        "compile:sizes the trainer world (plan.placement.trainer.world_size): one rank per GPU",
+    ),
     "trainer.cpu_processes": (
-        "compile:sizes the CPU trainer world in the placement plan the runtime executes",
+        "compile:sizes the CPU trainer world (plan.placement.trainer.world_size): one gloo "
+        "rank each, started by runtime.trainer.ranks",
     ),
     "trainer.device": (_TRAINER,),
     "trainer.expert_parallel": (_TRAINER,),
