@@ -47,9 +47,9 @@ def test_gradcheck_and_unused_entropy() -> None:
 def test_selected_rows_only() -> None:
     g = torch.Generator().manual_seed(1)
     z = torch.randn(10, 7, dtype=torch.float64, generator=g, requires_grad=True)
-    rows = torch.tensor([7, 2, 3])
-    t = torch.randint(0, 7, (3,), generator=g)
-    lp, ent = token_logprobs(z, t, rows=rows, chunk=2)
+    rows = torch.tensor([7, 2, 3, 9])
+    t = torch.randint(0, 7, (4,), generator=g)
+    lp, ent = token_logprobs(z, t, rows=rows, chunk=2)  # unsorted, spans several chunks
     (lp.sum() + ent.sum()).backward()
     got = z.grad.clone()
     z.grad = None
