@@ -171,6 +171,7 @@ class JudgeBinding:
     concurrency: int
     max_tokens: int
     temperature: float
+    chat_template: str | None = None  # managed judges only
 
     def verifier_settings(self, failure_policy: str) -> dict[str, Any]:
         """Settings for `runtime.rewards.judge.JudgeVerifier`."""
@@ -183,6 +184,7 @@ class JudgeBinding:
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "failure_policy": failure_policy,
+            "chat_template": self.chat_template,
         }
 
 
@@ -432,6 +434,7 @@ def _judge_bindings(config: dict[str, Any], plan: dict[str, Any]) -> dict[str, J
             concurrency=int(_get(judge, "max_concurrent_calls", 16)),
             max_tokens=int(_get(rubric, "max_response_tokens", 2048)),
             temperature=float(_get(rubric, "temperature", 1.0)),
+            chat_template=judge.get("chat_template") if mode == "managed" else None,
         )
     return out
 

@@ -301,6 +301,9 @@ class NodeRunner:
                 self.gen_url = self.registry.lookup(["router"], owner)["router"]
             elif self.roles.trainer:
                 self.gen_url = self.engine_urls[0]
+            from runtime.judges import start_managed_judges
+
+            start_managed_judges(self)
         except (TimeoutError, RuntimeError, RegistryError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()

@@ -248,6 +248,8 @@ class JudgeVerifier(Verifier):
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
         self.temperature = float(cfg.get("temperature", 0.0))
         self.max_tokens = int(cfg.get("max_tokens", 256))
+        # managed judges' chat_template: "qwen3-no-thinking" turns Qwen3's thinking off
+        self.chat_template = cfg.get("chat_template")
         self.failure_policy = str(cfg.get("failure_policy", "zero"))
         headers = {}
         key_env = cfg.get("api_key_env")
@@ -310,6 +312,8 @@ class JudgeVerifier(Verifier):
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
+        if self.chat_template == "qwen3-no-thinking":
+            body["chat_template_kwargs"] = {"enable_thinking": False}
         last = "no attempt"
         for attempt in range(self.retries + 1):
             if attempt:

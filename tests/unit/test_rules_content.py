@@ -636,11 +636,6 @@ CASES: list[tuple[str, str, str]] = [
         '[trainer]\nrow_specialization = "dynamic"\n',
     ),
     (
-        "managed-judge-not-started",
-        GPU + MANAGED + "gpus = 1  # <-\n" + RUBRIC + BIND,
-        GPU + JUDGE_EXT + RUBRIC + BIND,
-    ),
-    (
         "heartbeat-timeout-unused",
         "[launch.coordination]\nheartbeat_timeout = 60  # <-\n",
         "[launch.coordination]\nstartup_timeout = 600\n",

@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="tokenizer directory for an OLMo-core checkpoint source (model.hf_template)",
     )
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="model name of the OpenAI-compatible /v1/chat/completions route (managed judges)",
+    )
     p.add_argument("--log-level", default="info")
     return p
 
@@ -149,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger(__name__).info(
         "serving %s on %s:%d (%s)", args.model, args.host, args.port, args.device
     )
+    app = build_app(engine, server_args)
+    from .server import mount_openai
+
+    mount_openai(app, engine, loaded.tokenizer, args.served_model_name or args.model)
     web.run_app(
-        build_app(engine, server_args),
+        app,
         host=args.host,
         port=args.port,
         print=None,

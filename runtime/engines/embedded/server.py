@@ -338,6 +338,24 @@ class _Http2ProbeFilter(logging.Filter):
         return True
 
 
+def mount_openai(app: web.Application, engine: Engine, tokenizer: Any, model_name: str) -> None:
+    """Serve ``/v1/chat/completions`` from this engine (what a managed judge answers on)."""
+    from runtime.rewards.judge_server import add_openai_routes
+
+    async def generate_fn(prompt_ids: list[int], params: dict[str, Any]) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
+        req = engine.make_request(
+            list(prompt_ids),
+            SamplingParams.from_json(params),
+            lambda result: loop.call_soon_threadsafe(_resolve, fut, result),
+        )
+        engine.submit(req)
+        return await fut
+
+    add_openai_routes(app, generate_fn, tokenizer, model_name)
+
+
 def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     server_log = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, _Http2ProbeFilter) for f in server_log.filters):

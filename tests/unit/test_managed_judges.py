@@ -1,0 +1,99 @@
+"""Managed judges are started by the runtime on their planned port and answer the
+OpenAI-compatible chat route (embedded engine where SGLang is absent)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from runtime.config import from_manifest
+from runtime.judges import planned_judges, start_managed_judges
+from runtime.supervisor import Supervisor
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _manifest(tmp_path: Path, port: int) -> dict[str, object]:
+    config = {
+        "data": {"tasks": [{"task": "arithmetic"}]},
+        "output": {"root": str(tmp_path)},
+        "runtime": {"startup_timeout_s": 120},
+        "judges": {
+            "j": {
+                "mode": "managed",
+                "model": "judge-model",
+                "prepared_dir": "builtin:tiny",
+                "max_context_length": 256,
+                "max_concurrent_calls": 4,
+            }
+        },
+        "rubrics": {"r": {"profile": "open-instruct/general-quality"}},
+        "judging": {"bindings": {"quality": {"judge": "j", "rubric": "r"}}},
+    }
+    plan = {"placement": {"judges": [{"name": "j", "node": 0, "gpus": [], "port": port}]}}
+    return {"name": "t", "digest": "sha256:x", "config": config, "plan": plan}
+
+
+def test_planned_judge_command_lines() -> None:
+    m = _manifest(Path("/tmp"), 31000)
+    [j] = planned_judges(m["config"], m["plan"])  # type: ignore[arg-type]
+    embedded = j.argv(sglang=False, device="cpu")
+    assert "runtime.engines.embedded" in embedded and "--served-model-name" in embedded
+    assert embedded[embedded.index("--port") + 1] == "31000"
+    sglang = j.argv(sglang=True, device="cuda")
+    assert "sglang.launch_server" in sglang and "judge-model" in sglang
+
+
+@pytest.mark.slow
+def test_runtime_starts_a_managed_judge_that_answers_chat(tmp_path: Path) -> None:
+    port = _free_port()
+    cfg = from_manifest(_manifest(tmp_path, port))
+    binding = cfg.judge_bindings["quality"]
+    assert binding.url == f"http://127.0.0.1:{port}"
+    sup = Supervisor(log_dir=tmp_path / "logs")
+    runner = SimpleNamespace(cfg=cfg, sup=sup, ident=SimpleNamespace(rank=0))
+    try:
+        urls = start_managed_judges(runner)  # type: ignore[arg-type]
+        assert urls == [binding.url]
+        reply = httpx.post(
+            f"{binding.url}/v1/chat/completions",
+            json={
+                "model": "judge-model",
+                "messages": [{"role": "user", "content": "rate: 2+2=4"}],
+                "max_tokens": 4,
+                "temperature": 0.0,
+            },
+            timeout=60,
+        )
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert body["model"] == "judge-model"
+        assert isinstance(body["choices"][0]["message"]["content"], str)
+        assert body["usage"]["completion_tokens"] >= 1
+    finally:
+        sup.shutdown()
+
+
+def test_no_thinking_chat_template_reaches_the_request() -> None:
+    from runtime.rewards.judge import JudgeVerifier
+
+    sent: list[dict[str, object]] = []
+
+    class Capture:
+        def post(self, url: str, json: dict[str, object], timeout: float) -> httpx.Response:
+            sent.append(json)
+            return httpx.Response(500, request=httpx.Request("POST", url))
+
+    for template, expected in (("qwen3-no-thinking", {"enable_thinking": False}), (None, None)):
+        v = JudgeVerifier({"url": "http://127.0.0.1:9", "chat_template": template, "retries": 0})
+        v._client = Capture()  # type: ignore[assignment]
+        v._complete([{"role": "user", "content": "x"}])
+        assert sent[-1].get("chat_template_kwargs") == expected
