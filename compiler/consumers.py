@@ -123,10 +123,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.micro_batch_size": ("rule:trainer-micro-batch",),
     "trainer.dynamic_batching": ("rule:trainer-dynamic-batching",),
     "trainer.activation_recompute": (_TRAINER,),
-    "trainer.attention_backend": (
-        "owner:the attention kernels read it (GPU performance work); until then the trainer "
-        "runs torch SDPA with document masks, which is the derived CPU value",
-    ),
+    "trainer.attention_backend": (_TRAINER,),
     "trainer.sequence_packing": (_TRAINER,),
     "trainer.packing_max_tokens": (_TRAINER,),
     "trainer.row_specialization": (_TRAINER, "rule:row-specialization-static"),
