@@ -135,7 +135,13 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.router_replay": (_TRAINER, _ENGINE_ARGV),
     # [inference]
     "inference.engine": ("runtime:runtime.execute:engine_command", _ENGINE_ARGV),
-    "inference.placement": ("runtime:runtime.execute:default_engine_argv",),
+    "inference.placement": (
+        "compile:decides the placement plan the runtime executes (engines on the trainer's "
+        "GPUs or on their own)",
+    ),
+    "inference.nodes": (
+        "compile:sizes the placement plan the runtime executes (engine-only nodes)",
+    ),
     "inference.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
     "inference.tensor_parallel": (_ENGINE_ARGV,),
     "inference.num_engines": (
