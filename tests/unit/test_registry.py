@@ -33,11 +33,11 @@ def test_unreachable_leader_is_one_line() -> None:
 
 
 def test_local_nodes_count_must_match_the_plan(tmp_path, capsys) -> None:
+    from pathlib import Path
+
     from compiler.manifest import write_manifest
     from compiler.pipeline import compile_spec
     from runtime.launch.local_nodes import main
-
-    from pathlib import Path
 
     spec = str(Path(__file__).resolve().parents[2] / "specs" / "examples" / "multinode-cpu.toml")
     manifest = compile_spec(spec, [f'output.root="{tmp_path / "run"}"']).manifest()
