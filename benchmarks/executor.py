@@ -79,8 +79,16 @@ def bench(workers: int, items: list[ScoreItem], repeat: int) -> dict:
         "items_per_s": round(len(items) / best, 2),
         "latency_median_ms": round(1000 * statistics.median(walls), 1),
         "latency_p95_ms": round(1000 * walls[int(0.95 * (len(walls) - 1))], 1),
-        "isolation": health.get("isolation", {}),
+        "isolation": _portable(health.get("isolation", {})),
     }
+
+
+def _portable(isolation: dict[str, object]) -> dict[str, object]:
+    """The isolation report without this machine's paths (the interpreter by name only)."""
+    out = dict(isolation)
+    if isinstance(out.get("python"), str):
+        out["python"] = Path(str(out["python"])).name
+    return out
 
 
 def interpreter_floor() -> float:

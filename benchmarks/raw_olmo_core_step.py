@@ -10,7 +10,7 @@ Two precision regimes:
 
 MFU counts matrix FLOPs 6 x (non-embedding params incl. LM head) x tokens plus attention
 (QK^T and AV, causal, inside the sliding window, forward + backward = 3 x forward) over
-the measured bf16 ceiling of the card (790 TFLOP/s on the lent H200).
+the measured bf16 ceiling of the card (790 TFLOP/s measured on one NVIDIA H200).
 
     python benchmarks/raw_olmo_core_step.py --device cuda --factory olmo3_1B \\
         --batch 4 --seq 2048 --precision bf16 amp

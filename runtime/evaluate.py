@@ -69,12 +69,13 @@ def _check_checkpoint(source: str) -> None:
 
 def _tokenizer(source: str) -> Any:
     """The checkpoint's tokenizer, without loading its weights."""
-    from runtime.models import Tokenizer, build_builtin_tokenizer, source_format
+    from runtime.models import Tokenizer, source_format
     from runtime.models.loader import NATIVE_META
+    from runtime.models.tokenizer import builtin_tokenizer
 
     fmt = source_format(source)
     if fmt == "builtin":
-        return build_builtin_tokenizer()
+        return builtin_tokenizer(source)
     path = Path(source)
     if fmt == "native" and not (path / NATIVE_META).is_file():
         path = path / "model"

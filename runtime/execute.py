@@ -236,7 +236,7 @@ class NodeRunner:
             url = self._engine_url_of(child.name) if lost else None
             survivors = [u for u in self.engine_urls if u != url]
             if not lost or url is None or not survivors:
-                raise RunFailure(str(ChildDied(child.name, child.proc.returncode, child.tail())))
+                raise RunFailure(str(ChildDied(child.name, child.proc.returncode, child.log_path)))
             child.expected_exit = True
             self.engine_urls[:] = survivors
             if self.publisher is not None:
@@ -488,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner.close()
         for sig, handler in prev.items():
             signal.signal(sig, handler)
-    if summary:
+    if summary and not sys.stdout.isatty():  # for scripts; a terminal ends on the report path
         print(json.dumps(summary, sort_keys=True))
     return EXIT_OK
 

@@ -2,8 +2,8 @@
 
 Every child runs in its own process group so that a shutdown reaches its descendants
 (the router and engine servers spawn workers); shutdown is SIGTERM, a grace period, then
-SIGKILL. Output goes to a log file per child under the run's output root so a failure
-message can quote the child's last lines.
+SIGKILL. Output goes to a log file per child under the run's output root, so a
+failure message can give the cause read from it (`runtime.failure`) and the log's path.
 """
 
 from __future__ import annotations
@@ -20,17 +20,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.failure import cause_from_log, describe_exit, shown_path
+
 
 class ChildDied(RuntimeError):
-    """A supervised child exited while the run still needed it."""
+    """A supervised child exited while the run still needed it.
 
-    def __init__(self, name: str, returncode: int | None, tail: str) -> None:
-        msg = f"{name} exited unexpectedly (exit code {returncode})"
-        if tail:
-            msg += f"; last output:\n{tail}"
-        super().__init__(msg)
+    The message is one line: the cause read from the child's log, then where that log is.
+    """
+
+    def __init__(self, name: str, returncode: int | None, log_path: Path | None) -> None:
+        super().__init__(describe_exit(name, returncode, log_path))
         self.name = name
         self.returncode = returncode
+        self.log_path = log_path
 
 
 @dataclass
@@ -120,7 +123,7 @@ class Supervisor:
     def check(self) -> None:
         """Raise `ChildDied` for the first critical child that is gone."""
         for c in self.dead():
-            raise ChildDied(c.name, c.proc.returncode, c.tail())
+            raise ChildDied(c.name, c.proc.returncode, c.log_path)
 
     def wait_ready(
         self,
@@ -134,18 +137,20 @@ class Supervisor:
         deadline = time.monotonic() + timeout_s
         while True:
             if child is not None and not child.alive():
-                raise ChildDied(name, child.proc.returncode, child.tail())
+                raise ChildDied(name, child.proc.returncode, child.log_path)
             try:
                 if probe():
                     return
             except Exception:  # not up yet
                 pass
             if time.monotonic() > deadline:
-                tail = child.tail() if child is not None else ""
-                raise TimeoutError(
-                    f"{name} was not ready after {timeout_s:.0f}s"
-                    + (f"; last output:\n{tail}" if tail else "")
+                where = (
+                    f"; last said: {cause_from_log(child.log_path)}; full log: "
+                    f"{shown_path(child.log_path)}"
+                    if child is not None
+                    else ""
                 )
+                raise TimeoutError(f"{name} was not ready after {timeout_s:.0f}s{where}")
             time.sleep(interval_s)
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:

@@ -97,7 +97,7 @@ def main() -> int:
         )
     )
     # the engine's copy comes from the trainer's (on-device) weights: building the 1.5B
-    # builtin a second time on the CPU costs ~30 s on the lent machine
+    # builtin a second time on the CPU costs ~30 s on one NVIDIA H200 host
     loaded = dataclasses.replace(
         trainer.loaded, model=copy.deepcopy(trainer.model).to(dtype=dtype).eval()
     )

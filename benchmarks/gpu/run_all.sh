@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU benchmark driver for one lent H200 call: runs the named stages in order, each under
+# GPU benchmark driver for one NVIDIA H200 run: runs the named stages in order, each under
 # its own timeout, logging to $OUT/log.txt and re-packing every JSON result into
 # $OUT/results.tar after each stage (so a stage killed by a timeout loses only itself).
 #

@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "01ed41f7c89c12d075317537bccacc1082f23d4ea68fbfc88e892e61c393ecec"
+SOURCES = "a66167552e97ef3216f688848a7fb5d7ee27c4775ed049743794049de9180801"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:a27b23a7066ae670832c13b881e25c389943c0ccea0759fdacfedce9a6c2b047"
+SCHEMA_DIGEST = "sha256:e21ea34cac3ca2a8b15a53f4fc9e8e71fb51c5f8fc08ca8b296548787a6efdb1"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import httpx
 
+from runtime.failure import cause_from_log, describe_exit, shown_path
+
 
 class ServerStartError(RuntimeError):
-    """A server process died or did not become healthy in time (log tail included)."""
+    """A server process died or did not become healthy in time (cause and log path)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -92,16 +94,14 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while True:
             if not self.alive():
-                raise ServerStartError(
-                    f"{self.name} exited with code {self.returncode()} before becoming "
-                    f"healthy; log {self.log_path}:\n{log_tail(self.log_path)}"
-                )
+                raise ServerStartError(describe_exit(self.name, self.returncode(), self.log_path))
             if self.healthy(timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
                 return
             if time.monotonic() >= deadline:
                 raise ServerStartError(
                     f"{self.name} not healthy at {self.health_url} after {timeout:.0f}s; "
-                    f"log {self.log_path}:\n{log_tail(self.log_path)}"
+                    f"last said: {cause_from_log(self.log_path)}; "
+                    f"full log: {shown_path(self.log_path)}"
                 )
             time.sleep(interval)
 

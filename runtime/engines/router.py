@@ -16,7 +16,9 @@ from typing import Any
 
 import httpx
 
-from .process import ServerProcess, ServerStartError, log_tail
+from runtime.failure import cause_from_log, describe_exit, shown_path
+
+from .process import ServerProcess, ServerStartError
 
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "manual")
 
@@ -187,13 +189,12 @@ def start_router(
         proc.wait_healthy(timeout)
         while not _workers_ready(url, worker_urls):
             if not proc.alive():
-                raise ServerStartError(
-                    f"sglang-router exited with code {proc.returncode()}:\n{log_tail(log_path)}"
-                )
+                raise ServerStartError(describe_exit("sglang-router", proc.returncode(), log_path))
             if time.monotonic() >= deadline:
                 raise ServerStartError(
                     f"sglang-router did not register all workers {worker_urls} within "
-                    f"{timeout:.0f}s:\n{log_tail(log_path)}"
+                    f"{timeout:.0f}s; last said: {cause_from_log(log_path)}; "
+                    f"full log: {shown_path(log_path)}"
                 )
             time.sleep(0.25)
     except BaseException:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from runtime.failure import cause_from_text, exit_status
+
 _READY_PREFIX = "rlc-executor listening on "
 
 
@@ -83,13 +85,17 @@ class LocalExecutor:
                     return line[len(_READY_PREFIX) :].strip()
         finally:
             sel.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=1)  # a child that closed its stdout is exiting
+        rc = self.proc.poll()
         self._stop()
         err = ""
         with contextlib.suppress(Exception):
             self._stderr.seek(0)
             err = self._stderr.read()[-2000:]
         self.close()
-        raise ExecutorStartError(f"executor did not start within {timeout_s}s: {err}")
+        status = f"not ready after {timeout_s:g}s" if rc is None else exit_status(rc)
+        raise ExecutorStartError(f"code executor did not start ({status}): {cause_from_text(err)}")
 
     def close(self) -> None:
         self._stop()

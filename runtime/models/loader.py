@@ -13,7 +13,7 @@ from olmo_core.nn.transformer import Transformer, TransformerBlockType, Transfor
 from .attention import enable_document_masking
 from .builtin import builtin_config
 from .moe_cpu import install_cpu_moe_fallbacks
-from .tokenizer import Tokenizer, build_builtin_tokenizer
+from .tokenizer import Tokenizer, builtin_tokenizer
 from .weights import load_safetensors, save_safetensors
 
 NATIVE_META = "rlc_model.json"
@@ -162,7 +162,7 @@ def load_model(
     """
     fmt = source_format(source)
     if fmt == "builtin":
-        tokenizer = build_builtin_tokenizer()
+        tokenizer = builtin_tokenizer(source)
         try:
             family, config = builtin_config(
                 source.removeprefix("builtin:"), tokenizer.vocab_size, seed

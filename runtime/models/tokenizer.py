@@ -1,8 +1,10 @@
 """Tokenizer wrapper: the builtin offline tokenizer and HF ``tokenizer.json`` files.
 
 The builtin tokenizer is a hand-built BPE over printable ASCII whose pre-tokenizer keeps the
-numbers 0..18 whole, so the quickstart task ("a+b=" with single digits) is answered in one
-token. It needs no download and is byte-for-byte deterministic.
+numbers 0..18 whole, so single-digit addition ("a+b=") is answered in one token. The digit
+tokenizer (``builtin:tiny-digits``, the quickstart's) keeps only what that task needs: 26
+tokens, so a random-init model samples the right answer and the stop token often enough for
+GRPO to learn from its first collections. Both need no download and are deterministic.
 """
 
 from __future__ import annotations
@@ -90,6 +92,36 @@ def build_builtin_tokenizer() -> Tokenizer:
     specials = SPECIAL_TOKENS + [t for t in vocab if t.startswith("<|reserved_")]
     tok.add_special_tokens(specials)
     return Tokenizer(tok, eos_token=ENDOFTEXT, pad_token=PAD, chat_template=None)
+
+
+# The digit vocabulary: end of text, unknown, the sums 0..18, and the characters of "a+b=".
+# Only end of text is a special token: every other id decodes to visible text, so a
+# response cannot hide tokens from the verifier.
+_DIGIT_CHARS = ["+", "-", "=", " ", "\n"]
+
+
+def build_digits_tokenizer() -> Tokenizer:
+    """The 26-token tokenizer of ``builtin:tiny-digits`` (single-digit arithmetic only)."""
+    vocab: dict[str, int] = {}
+    for tok in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_DIGIT_CHARS, *_WHOLE_NUMBERS]:
+        vocab[tok] = len(vocab)
+    merges = [(num[0], num[1]) for num in _WHOLE_NUMBERS]
+    model = models.BPE(vocab=vocab, merges=merges, unk_token=UNK, ignore_merges=False)
+    tok = HFTokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([ENDOFTEXT])
+    return Tokenizer(tok, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, chat_template=None)
+
+
+# Builtin models that use the digit tokenizer instead of the text one.
+DIGIT_BUILTINS = frozenset({"tiny-digits"})
+
+
+def builtin_tokenizer(source: str) -> Tokenizer:
+    """The tokenizer of a ``builtin:NAME[?overrides]`` source."""
+    base = source.removeprefix("builtin:").partition("?")[0]
+    return build_digits_tokenizer() if base in DIGIT_BUILTINS else build_builtin_tokenizer()
 
 
 def _render_default_chat(messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:

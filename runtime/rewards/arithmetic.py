@@ -1,7 +1,18 @@
-"""Arithmetic and multiplication: exact match of the FIRST number in the response.
+"""Arithmetic and multiplication: the answer at the start of the response.
 
-These tasks train tiny models to emit the answer right away ("3+4=" -> "7"), so the first
-number is the answer; anything after it is ignored.
+These tasks train tiny models to emit the answer right away ("3+4=" -> "7"). Multiplication
+scores the first number of the response. Arithmetic also asks the model to stop:
+
+- 1.0: the answer alone, ended by the stop token;
+- 0.5: the response begins with the answer's digits but goes on, or is cut at the length
+  limit (text only: "73" begins with "7");
+- 0.0: anything else.
+
+Why this shape (measured on the quickstart): the half credit lets a random-init model learn
+the answer before it has learned to stop, and since everything after the answer earns the
+same 0.5, the stop token is the only way up. Crediting only a first *number* (so "7\n"
+scored 0.5 and "73" 0) made the model settle on a newline after the answer and never stop;
+a credit for a tidy wrong answer drove it to one fixed answer for every prompt.
 """
 
 from __future__ import annotations
@@ -27,7 +38,25 @@ class _FirstNumberVerifier(Verifier):
 
 @register("arithmetic")
 class ArithmeticVerifier(_FirstNumberVerifier):
-    """Single-digit addition/subtraction."""
+    """Single-digit addition/subtraction: full credit only for the answer, then stop.
+
+    ``metadata["finish_reason"]`` (set by the collector) says how generation ended; without
+    it the text alone decides.
+    """
+
+    def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
+        gold = parse_number(str(target))
+        if gold is None:
+            return RewardResult(0.0, ok=False, failure=f"unparseable target {target!r}")
+        answer, text = str(gold), response.strip()
+        stopped = metadata.get("finish_reason", "stop") == "stop"
+        if text == answer and stopped:
+            score = 1.0
+        elif text.startswith(answer):
+            score = 0.5
+        else:
+            score = 0.0
+        return RewardResult(score, detail={"answer": answer})
 
 
 @register("multiplication")

@@ -1,7 +1,7 @@
 """The ``ifeval`` verifier: the 25 IFEval instruction checkers, strict and loose.
 
 Each checker follows the reference semantics of Google's IFEval checker (counted and
-compared exactly as it does; see /work/shared/data/ifeval/README.md), re-implemented
+compared exactly as it does; see the README of the IFEval data set), re-implemented
 here. Kwargs with empty values are ignored, as the reference does. ``loose`` mode passes
 an instruction when any of the reference's 8 response variants passes (first/last line
 removed, ``*`` deleted). An empty response follows nothing.

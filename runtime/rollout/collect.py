@@ -61,6 +61,11 @@ def parse_response(resp: Mapping[str, Any]) -> tuple[list[int], list[float], str
     )
 
 
+def _item(sample: Sample, target: Any, metadata: Mapping[str, Any]) -> ScoreItem:
+    """What a verifier scores: the text, plus how generation ended (stop token or length)."""
+    return ScoreItem(sample.text, target, {**metadata, "finish_reason": sample.finish_reason})
+
+
 @dataclass
 class CollectSettings:
     samples_per_prompt: int
@@ -144,7 +149,7 @@ class Collector:
                 targets[id(s)] = (g.prompt.target, g.prompt.metadata)
         for name, samples in by_verifier.items():
             verifier = self.verifier_for(name)
-            items = [ScoreItem(s.text, *targets[id(s)]) for s in samples]
+            items = [_item(s, *targets[id(s)]) for s in samples]
             results = verifier.score_batch(items)
             for s, r in zip(samples, results, strict=True):
                 stats.failures.record(name, r)

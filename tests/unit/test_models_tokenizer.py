@@ -77,3 +77,24 @@ def test_hf_tokenizer_renders_same_chat(tok: Tokenizer, tmp_path) -> None:
     rendered = hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False)
     assert rendered == tok.apply_chat_template(msgs, add_generation_prompt=False)
     assert hf.eos_token_id == tok.eos_token_id
+
+
+def test_digit_tokenizer_is_what_arithmetic_needs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from runtime.models.tokenizer import build_digits_tokenizer, builtin_tokenizer
+
+    digits = build_digits_tokenizer()
+    assert digits.vocab_size == 26
+    ids = number_token_ids(digits, 18)
+    assert len(set(ids.values())) == 19
+    assert len(digits.encode("7+8=")) == 4
+    # only end of text is special: nothing else can vanish from the decoded response
+    assert digits.decode([ids[7], digits.eos_token_id]) == "7"
+    assert digits.decode([digits.token_to_id("<|unk|>") or 0, ids[7]]) == "<|unk|>7"
+    digits.save(tmp_path)
+    again = Tokenizer.from_dir(tmp_path)
+    assert again.vocab_size == 26 and again.encode("3+4=") == digits.encode("3+4=")
+    assert builtin_tokenizer("builtin:tiny-digits").vocab_size == 26
+    assert (
+        builtin_tokenizer("builtin:tiny?n_layers=3").vocab_size
+        == build_builtin_tokenizer().vocab_size
+    )

@@ -48,12 +48,23 @@ def test_first_number() -> None:
     assert first_number("x") is None
 
 
-def test_arithmetic_uses_the_first_number_only() -> None:
+def test_arithmetic_wants_the_answer_then_stop() -> None:
     v = get_verifier("arithmetic")
-    assert v.score("7", "7", {}).score == 1.0
-    assert v.score("7 = 3+4", "7", {}).score == 1.0
-    assert v.score("8 no wait 7", "7", {}).score == 0.0
-    assert v.score("", "7", {}).score == 0.0
+    stop, cut = {"finish_reason": "stop"}, {"finish_reason": "length"}
+    assert v.score("7", "7", stop).score == 1.0
+    assert v.score(" 7\n", "7", stop).score == 1.0
+    assert v.score("7", "7", {}).score == 1.0  # no finish reason: the text decides
+    # begins with the answer but goes on, or is cut: half credit, whatever follows
+    assert v.score("7 = 3+4", "7", stop).score == 0.5
+    assert v.score("7\n", "7", cut).score == 0.5
+    assert v.score("73", "7", cut).score == 0.5
+    assert v.score("7", "7", cut).score == 0.5
+    # anything else earns nothing, however tidy
+    assert v.score("8", "7", stop).score == 0.0
+    assert v.score("8 no wait 7", "7", stop).score == 0.0
+    assert v.score("17", "7", stop).score == 0.0
+    assert v.score("", "7", stop).score == 0.0
+    assert not v.score("7", "x", stop).ok
     m = get_verifier("multiplication")
     assert m.score("3366", "3366", {}).score == 1.0
     assert m.score("3,366", "3366", {}).score == 1.0
