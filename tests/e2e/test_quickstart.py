@@ -43,3 +43,19 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     assert lines[-1] == f"rlc: export: {root / 'export-hf'}"
     assert (root / "report.png").read_bytes()[:4] == b"\x89PNG"
     assert (root / "export-hf" / "config.json").is_file()
+
+
+def test_a_model_source_the_runtime_cannot_load_is_refused_first(tmp_path: Path) -> None:
+    """Exit 2 with one positioned line naming the cause; nothing starts, nothing is written."""
+    broken = tmp_path / "gpt2"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+    root = tmp_path / "run"
+    argv = [sys.executable, "-m", "compiler.cli", "run", str(QUICKSTART), "--no-progress"]
+    argv += ["--set", f'model.source="{broken}"', "--set", f'output.root="{root}"']
+    proc = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("override 1:1:14: error[model-source-unloadable]: ")
+    assert "model_type 'gpt2' is not supported" in first
+    assert "Traceback" not in proc.stderr and not root.exists()

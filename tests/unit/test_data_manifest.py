@@ -103,7 +103,7 @@ def test_cli_prepare_and_verify(tmp_path: Path) -> None:
     if r.exit_code == 3 and "pipeline" in r.output:
         pytest.skip("compiler pipeline not available")
     assert r.exit_code == 0, r.output
-    assert "train prompts: 512" in r.output
+    assert "train prompts: 6400" in r.output
     r = runner.invoke(cli, ["data", "verify", str(out)])
     assert r.exit_code == 0 and "ok " in r.output
     os.chmod(out / "eval.jsonl", 0o644)
