@@ -99,6 +99,16 @@ def default_router_argv(
     )
 
 
+def with_judge_urls(bindings: dict[str, Any], found: dict[str, str]) -> dict[str, Any]:
+    """Judge bindings with each managed judge at the address its node registered."""
+    return {
+        v: replace(b, url=found[f"judge:{b.judge}"])
+        if b.mode == "managed" and f"judge:{b.judge}" in found
+        else b
+        for v, b in bindings.items()
+    }
+
+
 def _healthy(url: str, timeout: float) -> bool:
     import httpx
 
@@ -196,6 +206,21 @@ class NodeRunner:
                 cfg.runtime.startup_timeout_s,
             )
             self.registry.register(f"engine:{e.id}", self._url(e.port))
+
+    def _register_judges(self) -> None:
+        """Managed judges are roles like engines: their node registers them, and a trainer
+        on another node reaches them at the registered address, not at loopback."""
+        from runtime.judges import planned_judges
+
+        placed = planned_judges(self.cfg.config, {"placement": self.cfg.placement.raw})
+        for j in placed:
+            if j.node == self.ident.rank:
+                self.registry.register(f"judge:{j.name}", self._url(j.port))
+        if self.roles.trainer and placed and self.ident.count > 1:
+            owners = {f"judge:{j.name}": j.node for j in placed}
+            found = self.registry.lookup(list(owners), owners, self.cfg.runtime.startup_timeout_s)
+            bindings = with_judge_urls(self.cfg.judge_bindings, found)
+            self.cfg = replace(self.cfg, judge_bindings=bindings)
 
     def lookup_engines(self) -> None:
         """Every engine's address, as its node registered it (waits for other nodes)."""
@@ -304,6 +329,7 @@ class NodeRunner:
             from runtime.judges import start_managed_judges
 
             start_managed_judges(self)
+            self._register_judges()
         except (TimeoutError, RuntimeError, RegistryError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()

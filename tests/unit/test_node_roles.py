@@ -88,3 +88,20 @@ def test_bad_node_variables_are_user_errors(env: dict[str, str]) -> None:
         return
     with pytest.raises(PlacementError, match="bad node rank variables"):
         node_identity(env)
+
+
+def test_managed_judges_are_reached_where_their_node_registered_them() -> None:
+    from runtime.config import JudgeBinding
+    from runtime.execute import with_judge_urls
+
+    def binding(verifier: str, judge: str, mode: str, url: str) -> JudgeBinding:
+        return JudgeBinding(verifier, judge, "r", mode, url, "m", "p", 60.0, 4, 256, 0.0)
+
+    bindings = {
+        "a": binding("a", "local_judge", "managed", "http://127.0.0.1:31000"),
+        "b": binding("b", "api", "external", "https://judge.example/v1"),
+    }
+    found = {"judge:local_judge": "http://10.0.0.7:31000"}
+    out = with_judge_urls(bindings, found)
+    assert out["a"].url == "http://10.0.0.7:31000"
+    assert out["b"] == bindings["b"]
