@@ -126,7 +126,7 @@ def test_real_compiled_quickstart_maps() -> None:
     result = pipeline.compile_spec(str(spec), ['output.root="/tmp/rlc-q"'])
     manifest = result.manifest()
     cfg = from_manifest(copy.deepcopy(manifest))
-    assert cfg.model.source == "builtin:tiny"
+    assert cfg.model.source == "builtin:tiny-digits"
     assert len(cfg.placement.engines) == 2 and cfg.placement.router_port is not None
     assert cfg.paths.root == Path("/tmp/rlc-q")
     roles = roles_for(cfg.placement, node_identity({}))
