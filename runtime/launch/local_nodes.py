@@ -103,6 +103,8 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
                     f"rlc: node {rank} exited with code {p.returncode}: {_cause(p.returncode, log)}"
                 )
                 break
+    if failed is None:
+        print(f"rlc: all {count} nodes finished; the trainer's summary ends {procs[0][2]}")
     return 0 if failed is None else (failed[1] if failed[1] > 0 else 3)
 
 
