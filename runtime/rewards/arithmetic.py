@@ -4,14 +4,14 @@ These tasks train tiny models to emit the answer right away ("3+4=" -> "7"). Mul
 scores the first number of the response. Arithmetic also asks the model to stop:
 
 - 1.0: the answer alone, ended by the stop token;
-- 0.5: the response begins with the answer's digits but goes on, or is cut at the length
+- 0.25: the response begins with the answer's digits but goes on, or is cut at the length
   limit (text only: "73" begins with "7");
 - 0.0: anything else.
 
-Why this shape (measured on the quickstart): the half credit lets a random-init model learn
-the answer before it has learned to stop, and since everything after the answer earns the
-same 0.5, the stop token is the only way up. Crediting only a first *number* (so "7\n"
-scored 0.5 and "73" 0) made the model settle on a newline after the answer and never stop;
+Why this shape (measured on the quickstart): the partial credit lets a random-init model
+learn the answer before it has learned to stop, and since everything after the answer earns
+the same 0.25, the stop token is the only way up. Crediting only a first *number* (so "7\n"
+scored and "73" did not) made the model settle on a newline after the answer, never stopping;
 a credit for a tidy wrong answer drove it to one fixed answer for every prompt.
 """
 
@@ -53,7 +53,7 @@ class ArithmeticVerifier(_FirstNumberVerifier):
         if text == answer and stopped:
             score = 1.0
         elif text.startswith(answer):
-            score = 0.5
+            score = 0.25
         else:
             score = 0.0
         return RewardResult(score, detail={"answer": answer})

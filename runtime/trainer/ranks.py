@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.failure import cause_from_log, shown_path
+
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import PContext
 
@@ -66,8 +68,12 @@ class TrainerRanks:
         idx, fail = sorted(result.failures.items())[0]
         rank = self.ranks[idx]
         how = f"signal {-fail.exitcode}" if fail.exitcode < 0 else f"exit code {fail.exitcode}"
-        tail = _last_line(result.stderrs.get(idx, ""))
-        return f"trainer rank {rank} died ({how})" + (f": {tail}" if tail else "")
+        log = result.stderrs.get(idx, "")
+        if not log:
+            return f"trainer rank {rank} died ({how})"
+        # the cause read from the rank's log (a traceback's exception line), then the log
+        cause = cause_from_log(Path(log))
+        return f"trainer rank {rank} died ({how}): {cause}; full log: {shown_path(Path(log))}"
 
     def check(self, clean_exit_ok: bool = False, grace_s: float = 0.0) -> None:
         """Raise :class:`RankFailure` naming the first rank that is gone (failed, or any
@@ -95,15 +101,6 @@ class TrainerRanks:
             self.closed = True
             if self.ctx.wait(timeout=timeout_s) is None:
                 self.ctx.close(timeout=5)
-
-
-def _last_line(path: str) -> str:
-    try:
-        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln]
-    return lines[-1][:300] if lines else ""
 
 
 def start_ranks(

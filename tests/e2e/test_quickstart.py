@@ -32,7 +32,7 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     recs = records(root)
     assert len(recs) == summary["collections"] == 100
     first, last = summary["reward_first_fifth"], summary["reward_last_fifth"]
-    assert last >= 0.5 and last >= 5 * first, f"first fifth {first:.4f}, last fifth {last:.4f}"
+    assert last >= 0.5 and last >= 10 * first, f"first fifth {first:.4f}, last fifth {last:.4f}"
     assert summary["eval_score"] >= 0.5
     # the model learned to stop: the responses of the last fifth end with the stop token
     tail = recs[-len(recs) // 5 :]

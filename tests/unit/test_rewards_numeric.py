@@ -54,11 +54,11 @@ def test_arithmetic_wants_the_answer_then_stop() -> None:
     assert v.score("7", "7", stop).score == 1.0
     assert v.score(" 7\n", "7", stop).score == 1.0
     assert v.score("7", "7", {}).score == 1.0  # no finish reason: the text decides
-    # begins with the answer but goes on, or is cut: half credit, whatever follows
-    assert v.score("7 = 3+4", "7", stop).score == 0.5
-    assert v.score("7\n", "7", cut).score == 0.5
-    assert v.score("73", "7", cut).score == 0.5
-    assert v.score("7", "7", cut).score == 0.5
+    # begins with the answer but goes on, or is cut: partial credit, whatever follows
+    assert v.score("7 = 3+4", "7", stop).score == 0.25
+    assert v.score("7\n", "7", cut).score == 0.25
+    assert v.score("73", "7", cut).score == 0.25
+    assert v.score("7", "7", cut).score == 0.25
     # anything else earns nothing, however tidy
     assert v.score("8", "7", stop).score == 0.0
     assert v.score("8 no wait 7", "7", stop).score == 0.0
