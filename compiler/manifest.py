@@ -11,13 +11,26 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from compiler.canonical import CanonicalError, canonical_bytes, digest_of, sha256_hex
 from compiler.diagnostics import Diagnostic, DiagnosticError
 
-if TYPE_CHECKING:
-    from compiler.pipeline import CompileResult
+
+class CompiledSpec(Protocol):
+    """What a manifest is built from (``compiler.pipeline.CompileResult``); a protocol so
+    the manifest never imports the pipeline that produces it."""
+
+    source_path: str
+    overrides: list[str]
+    diagnostics: list[Diagnostic]
+    source_sha256: str | None
+    recipe: str | None
+    recipe_sha256: str | None
+    resolved: Any
+    ruleset: Any
+    lock: dict[str, Any]
+
 
 MANIFEST_VERSION = 1
 SCHEMA_VERSION = 1
@@ -75,7 +88,7 @@ def spec_json_schema() -> dict[str, Any]:
     return schema
 
 
-def build_manifest(result: CompileResult) -> dict[str, Any]:
+def build_manifest(result: CompiledSpec) -> dict[str, Any]:
     """The manifest of a successful compile (no errors)."""
     from compiler import __version__
     from compiler.argv import engine_argv, router_argv, trainer_argv

@@ -232,7 +232,7 @@ def evaluate(cfg: Any, update: int, checkpoint: str, out: Path, url: str) -> dic
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     from runtime.config import ConfigError, from_manifest
-    from runtime.execute import ManifestError, load_verified_manifest
+    from runtime.manifest import ManifestError, load_verified_manifest
 
     try:
         if args.update < 0:

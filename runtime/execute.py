@@ -19,6 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.health import healthy as _healthy
+from runtime.manifest import ManifestError, load_verified_manifest
+
 if TYPE_CHECKING:
     from runtime.config import RunConfig
     from runtime.placement import NodeIdentity, NodeRoles
@@ -26,25 +29,6 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_USER = 2
 EXIT_RUNTIME = 3
-
-
-class ManifestError(ValueError):
-    """The manifest failed verification (digest, version, shape)."""
-
-
-def load_verified_manifest(path: str | Path) -> dict[str, Any]:
-    """Load through `compiler.trust`: every lint check, then every derived field re-derived
-    from the config (a hand-edited command line or path is refused, not run)."""
-    p = Path(path)
-    if not p.exists():
-        raise ManifestError(f"{p}: no such manifest")
-    from compiler.trust import DiagnosticError, load_trusted
-
-    try:
-        return load_trusted(p)
-    except DiagnosticError as exc:
-        msgs = "; ".join(d.message for d in exc.diagnostics) or str(exc)
-        raise ManifestError(f"{p}: {msgs}") from None
 
 
 class RunFailure(RuntimeError):
@@ -107,15 +91,6 @@ def with_judge_urls(bindings: dict[str, Any], found: dict[str, str]) -> dict[str
         else b
         for v, b in bindings.items()
     }
-
-
-def _healthy(url: str, timeout: float) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 class NodeRunner:

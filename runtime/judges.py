@@ -106,7 +106,7 @@ def planned_judges(config: dict[str, Any], plan: dict[str, Any]) -> list[Managed
 def start_managed_judges(runner: NodeRunner) -> list[str]:
     """Start this node's managed judges and wait until each answers ``/health``."""
     from runtime.engines.sglang import sglang_installed
-    from runtime.execute import _healthy
+    from runtime.health import healthy as _healthy
 
     cfg = runner.cfg
     manifest_plan = {"placement": cfg.placement.raw}

@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--resume", choices=["auto", "never", "required"], default=None)
     args = ap.parse_args(argv)
     from runtime.config import ConfigError, from_manifest
-    from runtime.execute import ManifestError, load_verified_manifest
+    from runtime.manifest import ManifestError, load_verified_manifest
 
     try:
         cfg = from_manifest(load_verified_manifest(args.manifest))

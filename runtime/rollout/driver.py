@@ -118,7 +118,7 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
         raise RuntimeError("background evaluation needs the manifest path (RunConfig)")
     submitter: BeakerSubmitter | LocalSubmitter
     if submit_target() == "beaker":
-        from runtime.execute import load_verified_manifest
+        from runtime.manifest import load_verified_manifest
 
         submitter = BeakerSubmitter(
             load_verified_manifest(cfg.manifest_path), cfg.evaluation.submit_timeout_s

@@ -195,7 +195,7 @@ def lead_trainer(
 
 def follow(manifest_path: str) -> int:
     """A follower rank: build the same trainer, then run what rank 0 announces."""
-    from runtime.execute import ManifestError, load_verified_manifest
+    from runtime.manifest import ManifestError, load_verified_manifest
 
     from .trainer import Trainer, TrainerConfig
 

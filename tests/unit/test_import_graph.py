@@ -1,0 +1,179 @@
+"""The import graph of `compiler` and `runtime`, built from the source with `ast` (nothing is
+imported): no import cycle, the compiler never imports the runtime, and the runtime reaches
+the compiler only through the manifest contract (`compiler.trust` and its error type).
+
+Imports under ``if TYPE_CHECKING:`` never execute, so they are left out of the graph. The
+generated lark standalone parsers are left out too: their relative imports name modules of
+the lark package they were cut from, not ours.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("compiler", "runtime")
+GENERATED = {"compiler.parse._standalone", "compiler.rules._standalone"}
+# The `rlc` command line (entry point and its commands): the layer on top, allowed to use
+# both the compiler and the runtime.
+CLI = ("compiler.cli", "compiler.commands")
+# The manifest contract: what the runtime may import from the compiler (`compiler.trust`
+# re-derives a manifest with the compiler's own resolver, so it uses the compiler inside).
+CONTRACT = {"compiler.trust", "compiler.diagnostics"}
+# Runtime modules that still render Beaker specs with the compiler's emitter (background
+# evaluation jobs and `rlc launch`); no other runtime module may join this list.
+RUNTIME_EMITS = {
+    "runtime.launch.beaker": {"compiler.emit.beaker", "compiler.manifest"},
+    "runtime.launch.evaluator": {"compiler.emit.beaker", "compiler.manifest"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of nodes inside ``if TYPE_CHECKING:`` blocks."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                skip.update(id(n) for n in ast.walk(stmt))
+    return skip
+
+
+def _imported(name: str, path: Path, mods: dict[str, Path]) -> Iterator[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _typing_only(tree)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {
+        name: set(_imported(name, path, mods)) - GENERATED
+        for name, path in mods.items()
+        if name not in GENERATED
+    }
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def _in(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_graph_sees_known_edges() -> None:
+    graph = _graph()
+    assert "compiler.trust" in graph["runtime.manifest"]
+    assert "compiler.manifest" in graph["compiler.pipeline"]
+    assert "runtime.rollout.driver" in graph["runtime.execute"]
+
+
+def test_no_import_cycle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_cycle_detection_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_compiler_never_imports_runtime() -> None:
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, deps in _graph().items()
+        if a.startswith("compiler") and not _in(a, CLI)
+        for b in deps
+        if b.startswith("runtime")
+    )
+    assert upward == []
+
+
+def test_runtime_reaches_compiler_only_through_the_contract() -> None:
+    graph = _graph()
+    beyond = sorted(
+        f"{a} -> {b}"
+        for a, deps in graph.items()
+        if a.startswith("runtime")
+        for b in deps
+        if b.startswith("compiler") and b not in CONTRACT | RUNTIME_EMITS.get(a, set())
+    )
+    assert beyond == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    users = sorted(
+        f"{a} -> {b}"
+        for a, deps in _graph().items()
+        if not _in(a, CLI)
+        for b in deps
+        if _in(b, CLI)
+    )
+    assert users == []
