@@ -73,11 +73,13 @@ def _one_rank(args: dict[str, Any]) -> dict[str, Any]:
             packing_max_tokens=48,
             router_aux_loss_coef=args.get("aux"),
             router_z_loss_coef=args.get("z"),
+            router_replay=bool(args.get("replay")),
         )
     )
+    replay = bool(args.get("replay"))
     try:
-        metrics = trainer.train_step(w.batch())
-        logprobs = [t.tolist() for t in trainer.compute_logprobs(w.batch(1))]
+        metrics = trainer.train_step(w.batch(replay=replay))
+        logprobs = [t.tolist() for t in trainer.compute_logprobs(w.batch(1, replay=replay))]
         return {
             "metrics": metrics,
             "logprobs": logprobs,
@@ -91,7 +93,7 @@ def _assert_same_update(one: dict[str, Any], many: dict[str, Any], world: int, e
     m1, m2 = one["metrics"], many["metrics"]
     for key in ("loss", "pg_loss", "entropy", "grad_norm", "response_tokens", "samples"):
         assert m2[key] == pytest.approx(m1[key], rel=1e-5, abs=1e-6), key
-    for key in ("router/aux_loss", "router/z_loss"):
+    for key in ("router/aux_loss", "router/z_loss", "replay/route_mismatch", "replay/decisions"):
         if key in m1:
             assert m2[key] == pytest.approx(m1[key], rel=1e-5), key
     assert m2["trainer/world_size"] == world and m2["trainer/expert_parallel"] == ep
@@ -150,15 +152,20 @@ def test_fsdp_world2_matches_world1_and_checkpoints_keep_topology(tmp_path: Path
         trainer.close()
 
 
-def test_expert_parallel_ep2_matches_world1_with_router_losses(tmp_path: Path) -> None:
-    # one sample per row: router losses are row-local, so rows must match across topologies
+def test_expert_parallel_ep2_matches_world1_with_router_losses_and_replay(
+    tmp_path: Path,
+) -> None:
+    # one sample per row: router losses are row-local, so rows must match across topologies;
+    # replay executes the recorded experts, the mismatch metric is summed over the ranks
     args = {
         "model": "builtin:tiny-moe",
         "packing": False,
         "aux": 0.01,
         "z": 0.001,
+        "replay": True,
         "out": str(tmp_path / "ep2.json"),
     }
     one = _one_rank(args)
+    assert one["metrics"]["replay/decisions"] > 0
     two = _spawn(2, {**args, "ep": 2})
     _assert_same_update(one, two, world=2, ep=2)
