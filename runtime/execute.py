@@ -347,17 +347,23 @@ class NodeRunner:
 
     def _follow_trainer(self) -> None:
         """A trainer node after the first: its ranks follow trainer rank 0 (on node 0)."""
-        from runtime.trainer.ranks import start_ranks, trainer_port
+        from runtime.registry import RegistryError
+        from runtime.trainer.ranks import start_ranks
 
         cfg, plan = self.cfg, self.cfg.placement
         nodes = len(plan.trainer_nodes)
         world = int((plan.raw.get("trainer") or {}).get("world_size") or 1)
+        try:  # trainer rank 0 announces where it waits
+            where = self.registry.lookup(["trainer"], {"trainer": min(plan.trainer_nodes)})
+        except RegistryError as exc:
+            raise RunFailure(str(exc)) from None
+        host, port = where["trainer"].rsplit(":", 1)
         ranks = start_ranks(
             cfg.manifest_path or "",
             node_rank=plan.trainer_nodes.index(self.ident.rank),
             nprocs=world // nodes,
-            addr=self.ident.leader_host,
-            port=trainer_port(nodes),
+            addr=host,
+            port=int(port),
             world_size=world,
             log_dir=cfg.paths.root / "logs" / f"trainer-ranks-node{self.ident.rank}",
             device=cfg.trainer.device,

@@ -6,6 +6,7 @@ engine client, checkpoints, data); each adapts one interface in one place.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -181,8 +182,13 @@ class TrainerAdapter:
         self.inner.close()
 
 
-def _make_trainer(cfg: RunConfig, leader_host: str = "127.0.0.1") -> TrainerAdapter:
-    """Trainer rank 0; with a larger trainer world its other ranks start here too."""
+def _make_trainer(
+    cfg: RunConfig,
+    leader_host: str = "127.0.0.1",
+    announce: Callable[[str], None] | None = None,
+) -> TrainerAdapter:
+    """Trainer rank 0; with a larger trainer world its other ranks start here too (other
+    trainer nodes find rank 0 through ``announce``: the run's registry)."""
     from runtime.trainer.ranks import lead_trainer
 
     if cfg.trainer.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
@@ -195,7 +201,9 @@ def _make_trainer(cfg: RunConfig, leader_host: str = "127.0.0.1") -> TrainerAdap
     manifest = {"config": cfg.config, "plan": {"placement": cfg.placement.raw}}
     log_dir = cfg.paths.root / "logs" / "trainer-ranks"
     return TrainerAdapter(
-        lead_trainer(manifest, cfg.manifest_path or "", log_dir, leader_host=leader_host)
+        lead_trainer(
+            manifest, cfg.manifest_path or "", log_dir, leader_host=leader_host, announce=announce
+        )
     )
 
 
@@ -443,7 +451,9 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     cfg = runner.cfg
     log = _logger(runner)
     sampler, by_id = runner.prompts if runner.prompts is not None else _make_data(cfg)
-    trainer = _make_trainer(cfg, runner.ident.leader_host)
+    registry = getattr(runner, "registry", None)
+    announce = None if registry is None else functools.partial(registry.register, "trainer")
+    trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     tokenizer = trainer.tokenizer
     transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))

@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,20 +29,16 @@ if TYPE_CHECKING:
 
     from .trainer import Trainer
 
-DEFAULT_TRAINER_PORT = 29500  # on the leader when trainer ranks span several nodes
-
 
 class RankFailure(RuntimeError):
     """A trainer rank process exited while the run needed it."""
 
 
-def trainer_port(nodes: int) -> int:
-    """The rendezvous port: a free loopback port on one node, a fixed one across nodes
-    (``RLC_TRAINER_PORT`` overrides it)."""
+def trainer_port() -> int:
+    """Rank 0's rendezvous port: a free one (``RLC_TRAINER_PORT`` overrides it); the other
+    trainer nodes read it from the run's registry."""
     if os.environ.get("RLC_TRAINER_PORT"):
         return int(os.environ["RLC_TRAINER_PORT"])
-    if nodes > 1:
-        return DEFAULT_TRAINER_PORT
     from runtime.engines.process import free_port
 
     return free_port()
@@ -158,11 +154,13 @@ def lead_trainer(
     log_dir: str | Path,
     *,
     leader_host: str = "127.0.0.1",
+    announce: Callable[[str], None] | None = None,
 ) -> Trainer:
     """Node 0: start the other ranks of this node and become trainer rank 0.
 
     World 1 is the plain in-process trainer. The ranks are released and reaped by
-    ``Trainer.close``; ``leader_host`` is this node's address as the other nodes see it.
+    ``Trainer.close``; ``leader_host`` is this node's address as the other nodes see it,
+    ``announce`` publishes ``host:port`` to them (the run's registry) before rank 0 waits.
     """
     from .distributed import Rendezvous
     from .trainer import Trainer, TrainerConfig
@@ -172,7 +170,9 @@ def lead_trainer(
         return Trainer(cfg)
     nodes = max(cfg.nodes, 1)
     addr = leader_host if nodes > 1 else "127.0.0.1"
-    port = trainer_port(nodes)
+    port = trainer_port()
+    if announce is not None:
+        announce(f"{addr}:{port}")
     ranks = start_ranks(
         manifest_path,
         node_rank=0,

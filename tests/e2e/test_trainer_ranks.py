@@ -4,6 +4,7 @@ the tiny MoE, and kill -9 of one rank (the run stops with exit 3 naming it, then
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,3 +72,31 @@ def test_tiny_moe_expert_parallel_two_ranks(tmp_path: Path) -> None:
     assert all(r["trainer/expert_parallel"] == 2 and r["trainer/world_size"] == 2 for r in got)
     ckpt = tmp_path / "run" / "checkpoints"
     assert any((p / "dist").is_dir() for p in ckpt.iterdir())
+
+
+def test_trainer_over_two_simulated_nodes(tmp_path: Path) -> None:
+    """trainer.nodes = 2 (HSDP: one replica per node): node 1's rank finds rank 0 through
+    the run's registry; three simulated nodes (the engines on the third)."""
+    from rt_helpers import ROOT, _need_runtime, env
+
+    _need_runtime()
+    from compiler.manifest import write_manifest
+    from compiler.pipeline import compile_spec
+
+    spec = ROOT / "specs" / "examples" / "multinode-cpu.toml"
+    sets = ["trainer.nodes=2", "training.num_rollouts=2", f'output.root="{tmp_path / "run"}"']
+    manifest = write_manifest(compile_spec(str(spec), sets).manifest(), tmp_path / "m.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.launch.local_nodes", str(manifest), "--nodes", "3"],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    got = records(tmp_path / "run")
+    assert [r["collection"] for r in got] == [0, 1]
+    assert {r["trainer/world_size"] for r in got} == {2.0}
+    step = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
+    assert (step / "dist").is_dir() and (step / "rng-rank1.pt").is_file()
