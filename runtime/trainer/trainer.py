@@ -194,12 +194,14 @@ def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def op(self: Trainer, *args: Any, **kwargs: Any) -> Any:
-        if self._depth == 0 and self.world_size > 1 and self.rank == 0:
-            if self.peer_check is not None:
-                self.peer_check()
-            dist.broadcast_object_list([(fn.__name__, args, kwargs)], src=0, group=self.control)
+        announce = self._depth == 0 and self.world_size > 1 and self.rank == 0
         self._depth += 1
         try:
+            if announce:
+                if self.peer_check is not None:
+                    self.peer_check()
+                box = [(fn.__name__, args, kwargs)]
+                dist.broadcast_object_list(box, src=0, group=self.control)
             return fn(self, *args, **kwargs)
         except Exception:
             if self.peer_check is not None:  # a lost rank is the cause: name it
