@@ -63,6 +63,8 @@ def test_tiny_moe_expert_parallel_two_ranks(tmp_path: Path) -> None:
             'model.source="builtin:tiny-moe"',
             "trainer.cpu_processes=2",
             "trainer.expert_parallel=2",
+            "output.export_hf=false",  # the builtin MoE has no HF architecture
+            "checkpoint.export_hf_final=false",
         ),
     )
     code, out = run(manifest, timeout=200)
