@@ -166,8 +166,23 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "launch-multinode-shared-storage",
-        '[trainer]\nnodes = 2\n[output]\nroot = "out"  # <-\n',
-        '[trainer]\nnodes = 2\n[output]\nroot = "/weka/oe-training-default/run"\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n[output]\nroot = "out"  # <-\n',
+        '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n[output]\nroot = "/weka/oe-training-default/run"\n',
+    ),
+    (
+        "engine-nodes-cpu-only",
+        GPU + '[inference]\nplacement = "disaggregated"\nnodes = 1  # <-\n',
+        '[inference]\nplacement = "disaggregated"\nnodes = 1\n',
+    ),
+    (
+        "engine-nodes-disaggregated",
+        '[inference]\nplacement = "colocated"\nnodes = 1  # <-\n',
+        '[inference]\nplacement = "disaggregated"\nnodes = 1\n',
+    ),
+    (
+        "distributed-publication-embedded-cpu",
+        '[inference]\nplacement = "colocated"\n[runtime]\npublication_transport = "distributed"  # <-\n',
+        '[inference]\nplacement = "disaggregated"\n[runtime]\npublication_transport = "distributed"\n',
     ),
     (
         "launch-multinode-full-nodes",
