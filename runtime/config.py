@@ -8,6 +8,7 @@ count) are refused here with a clear message rather than deep inside the loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,12 +190,30 @@ class JudgeBinding:
 
 
 @dataclass(frozen=True)
-class RuntimeSettings:
+class ClientSettings:
+    """The engine connection (``config.runtime``): the one type the manifest mapping builds
+    and `runtime.engines.client.EngineClient` consumes; defaults are the spec's."""
+
     health_timeout_s: float = 5.0
-    generate_timeout_s: float = 120.0
+    generate_timeout_s: float = 600.0
     http_retries: int = 3
     retry_backoff_s: float = 0.5
     group_retries: int = 2
+    max_backoff_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    max_connections: int = 256
+
+    @classmethod
+    def from_config(cls, runtime: Mapping[str, Any]) -> ClientSettings:
+        """From the manifest's ``config.runtime`` section; missing fields keep defaults."""
+        names = ("health_timeout_s", "generate_timeout_s", "http_retries", "retry_backoff_s")
+        kw = {n: runtime[n] for n in (*names, "group_retries") if runtime.get(n) is not None}
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    client: ClientSettings = field(default_factory=ClientSettings)
     startup_timeout_s: float = 300.0
     weight_audit: bool = True
     max_logprob_mismatch: float | None = None
@@ -513,11 +532,7 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
     seed = int(_get(rt, "seed", data_cfg.seed))
     mm = rt.get("max_logprob_mismatch")
     runtime = RuntimeSettings(
-        health_timeout_s=float(_get(rt, "health_timeout_s", 5.0)),
-        generate_timeout_s=float(_get(rt, "generate_timeout_s", 120.0)),
-        http_retries=int(_get(rt, "http_retries", 3)),
-        retry_backoff_s=float(_get(rt, "retry_backoff_s", 0.5)),
-        group_retries=int(_get(rt, "group_retries", 2)),
+        client=ClientSettings.from_config(rt),
         startup_timeout_s=float(_get(rt, "startup_timeout_s", 300.0)),
         weight_audit=bool(_get(rt, "weight_audit", True)),
         max_logprob_mismatch=None if mm is None else float(mm),

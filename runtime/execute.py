@@ -177,7 +177,7 @@ class NodeRunner:
             url = f"http://127.0.0.1:{e.port}"
             self.sup.wait_ready(
                 f"engine:{e.id}",
-                lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
+                lambda url=url: _healthy(url, cfg.runtime.client.health_timeout_s),
                 cfg.runtime.startup_timeout_s,
             )
             self.registry.register(f"engine:{e.id}", self._url(e.port))

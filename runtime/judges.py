@@ -120,7 +120,7 @@ def start_managed_judges(runner: NodeRunner) -> list[str]:
         url = f"http://127.0.0.1:{j.port}"
         runner.sup.wait_ready(
             f"judge:{j.name}",
-            lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
+            lambda url=url: _healthy(url, cfg.runtime.client.health_timeout_s),
             cfg.runtime.startup_timeout_s,
         )
         urls.append(url)

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from runtime.config import ClientSettings
+
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
 
@@ -31,25 +33,6 @@ class EngineFailure(RuntimeError):
 
 class EngineRequestError(EngineFailure):
     """The engine rejected the request (4xx): retrying the same request cannot help."""
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    health_timeout_s: float = 5.0
-    generate_timeout_s: float = 600.0
-    http_retries: int = 3
-    retry_backoff_s: float = 0.5
-    group_retries: int = 2
-    max_backoff_s: float = 30.0
-    connect_timeout_s: float = 10.0
-    max_connections: int = 256
-
-    @classmethod
-    def from_config(cls, runtime: Mapping[str, Any]) -> ClientSettings:
-        """From the manifest's ``config.runtime`` section; missing fields keep defaults."""
-        names = ("health_timeout_s", "generate_timeout_s", "http_retries", "retry_backoff_s")
-        kw = {n: runtime[n] for n in (*names, "group_retries") if runtime.get(n) is not None}
-        return cls(**kw)
 
 
 @dataclass

@@ -228,15 +228,9 @@ def _make_generator(
     """
     import itertools
 
-    from runtime.engines.client import (
-        ClientSettings,
-        EngineClient,
-        EngineFailure,
-        EngineRequestError,
-    )
+    from runtime.engines.client import EngineClient, EngineFailure, EngineRequestError
 
-    settings = ClientSettings.from_config(cfg.config.get("runtime") or {})
-    client = EngineClient(url, settings)
+    client = EngineClient(url, cfg.runtime.client)
     clients: dict[str, EngineClient] = {url: client}
     turn = itertools.count()
     retries = client.settings.group_retries
@@ -246,7 +240,7 @@ def _make_generator(
             return url, client
         target = replay_urls[next(turn) % len(replay_urls)]
         if target not in clients:
-            clients[target] = EngineClient(target, settings)
+            clients[target] = EngineClient(target, cfg.runtime.client)
         return target, clients[target]
 
     def generate(

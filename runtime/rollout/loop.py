@@ -406,7 +406,9 @@ class GRPOLoop:
                     break
                 t0 = time.monotonic()
                 groups = buf.take(
-                    P, self.state.policy_version, timeout=self.cfg.runtime.generate_timeout_s * 4
+                    P,
+                    self.state.policy_version,
+                    timeout=self.cfg.runtime.client.generate_timeout_s * 4,
                 )
                 t1 = time.monotonic()
                 self._settle(groups)
@@ -466,7 +468,7 @@ class GRPOLoop:
         finally:
             halt.set()
             buf.close()
-            producer.join(timeout=self.cfg.runtime.generate_timeout_s)
+            producer.join(timeout=self.cfg.runtime.client.generate_timeout_s)
 
     def _requeue(self, prompt: Any) -> None:
         with self._sampler_lock:

@@ -131,3 +131,26 @@ def test_real_compiled_quickstart_maps() -> None:
     assert cfg.paths.root == Path("/tmp/rlc-q")
     roles = roles_for(cfg.placement, node_identity({}))
     assert roles.trainer and roles.router and len(roles.engines) == 2
+
+
+def test_engine_connection_is_one_type_with_the_spec_defaults() -> None:
+    """`config.runtime` maps to one ClientSettings, the very object the engine client uses;
+    a field the manifest leaves out falls back to the spec's default, not to another one."""
+    from compiler.spec.runtime import RuntimeSection
+    from runtime.config import ClientSettings
+    from runtime.engines.client import EngineClient
+
+    names = ("health_timeout_s", "generate_timeout_s", "http_retries", "retry_backoff_s")
+    spec = RuntimeSection()
+    defaults = ClientSettings()
+    for name in (*names, "group_retries"):
+        assert getattr(defaults, name) == getattr(spec, name), name
+    m = contract_manifest()
+    m["config"]["runtime"].update(generate_timeout_s=30.0, group_retries=0)
+    cfg = from_manifest(m)
+    assert cfg.runtime.client == ClientSettings(generate_timeout_s=30.0, group_retries=0)
+    client = EngineClient("http://127.0.0.1:1", cfg.runtime.client)
+    try:
+        assert client.settings is cfg.runtime.client
+    finally:
+        client.close()
