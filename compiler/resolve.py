@@ -744,8 +744,9 @@ class _Resolver:
 
         m, info = self.config["model"], self.source_info
         export = info.export_problem
-        if m["source"].startswith("builtin:"):
-            export = NO_HF_EXPORT.get(str(m["architecture"]), "")
+        if m["source"].startswith("builtin:") or m["architecture"] == "hybrid_moe":
+            # A declared hybrid MoE has no HF form whether or not the checkpoint is readable here.
+            export = export or NO_HF_EXPORT.get(str(m["architecture"]), "")
         return {
             "model_source_problem": info.problem,
             "model_source_family": info.family,

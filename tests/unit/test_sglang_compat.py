@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN = json.loads((ROOT / "runtime.lock.json").read_text())["sources"]["sglang"]["version"]
-SGLANG_SPECS = ("gsm8k-dense.toml", "moe-async.toml", "multinode.toml", "hybrid-moe.toml")
+SGLANG_SPECS = ("gsm8k-dense.toml", "moe-async.toml", "multinode.toml")
 VARIANTS = (
     (),
     ("inference.cuda_graph_decode=false", "inference.chunked_prefill_size=4096"),
