@@ -212,13 +212,22 @@ class ClientSettings:
 
 
 @dataclass(frozen=True)
+class PublicationSettings:
+    """How new weights reach the engines (``runtime.publication_transport``) and how long one
+    publication may take (``runtime.publish_timeout_s``); defaults are the spec's."""
+
+    transport: str = "disk"
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class RuntimeSettings:
     client: ClientSettings = field(default_factory=ClientSettings)
+    publication: PublicationSettings = field(default_factory=PublicationSettings)
     startup_timeout_s: float = 300.0
     weight_audit: bool = True
     max_logprob_mismatch: float | None = None
     seed: int = 17
-    publish_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -537,7 +546,10 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
         weight_audit=bool(_get(rt, "weight_audit", True)),
         max_logprob_mismatch=None if mm is None else float(mm),
         seed=seed,
-        publish_timeout_s=float(_get(rt, "publish_timeout_s", 120.0)),
+        publication=PublicationSettings(
+            transport=str(_get(rt, "publication_transport", "disk")),
+            timeout_s=float(_get(rt, "publish_timeout_s", 120.0)),
+        ),
     )
     gpus = int(_get(trainer, "gpus", 0))
     commands = manifest.get("commands") or {}

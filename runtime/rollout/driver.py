@@ -421,7 +421,7 @@ def _distributed_publisher(runner: NodeRunner, model: Any) -> Any:
     cfg = runner.cfg
     return DistributedPublisher(
         runner.engine_urls,
-        cfg.runtime.publish_timeout_s,
+        cfg.runtime.publication.timeout_s,
         master_address=runner.ident.address,
         master_port=free_port("0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"),
         backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
@@ -450,14 +450,17 @@ def train(runner: NodeRunner) -> dict[str, Any]:
     trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     tokenizer = trainer.tokenizer
-    transport = str((cfg.config.get("runtime") or {}).get("publication_transport", "disk"))
+    transport = cfg.runtime.publication.transport
     if transport == "distributed":
         publisher: Any = _distributed_publisher(runner, trainer.inner.model)
         if cfg.inference.engine == "sglang":
             publisher.logprobs = _logprob_fn(trainer)
     else:
         publisher = make_publisher(
-            transport, runner.engine_urls, cfg.runtime.publish_timeout_s, cfg.paths.engine_weights
+            transport,
+            runner.engine_urls,
+            cfg.runtime.publication.timeout_s,
+            cfg.paths.engine_weights,
         )
         if transport == "disk" and cfg.inference.engine == "sglang":
             from runtime.publication.disk import hf_snapshot
@@ -492,7 +495,7 @@ def train(runner: NodeRunner) -> dict[str, Any]:
             audit(
                 state_checksum(served),
                 runner.engine_urls,
-                cfg.runtime.publish_timeout_s,
+                cfg.runtime.publication.timeout_s,
                 state=by_name,
                 logprobs=_logprob_fn(trainer) if by_name is not None else None,
             )

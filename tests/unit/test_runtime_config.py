@@ -133,11 +133,11 @@ def test_real_compiled_quickstart_maps() -> None:
     assert roles.trainer and roles.router and len(roles.engines) == 2
 
 
-def test_engine_connection_is_one_type_with_the_spec_defaults() -> None:
+def test_connection_and_publication_are_one_type_each_with_the_spec_defaults() -> None:
     """`config.runtime` maps to one ClientSettings, the very object the engine client uses;
     a field the manifest leaves out falls back to the spec's default, not to another one."""
     from compiler.spec.runtime import RuntimeSection
-    from runtime.config import ClientSettings
+    from runtime.config import ClientSettings, PublicationSettings
     from runtime.engines.client import EngineClient
 
     names = ("health_timeout_s", "generate_timeout_s", "http_retries", "retry_backoff_s")
@@ -145,10 +145,18 @@ def test_engine_connection_is_one_type_with_the_spec_defaults() -> None:
     defaults = ClientSettings()
     for name in (*names, "group_retries"):
         assert getattr(defaults, name) == getattr(spec, name), name
+    publication = PublicationSettings()
+    assert (publication.transport, publication.timeout_s) == (
+        spec.publication_transport,
+        spec.publish_timeout_s,
+    )
     m = contract_manifest()
-    m["config"]["runtime"].update(generate_timeout_s=30.0, group_retries=0)
+    m["config"]["runtime"].update(
+        generate_timeout_s=30.0, group_retries=0, publication_transport="tensor"
+    )
     cfg = from_manifest(m)
     assert cfg.runtime.client == ClientSettings(generate_timeout_s=30.0, group_retries=0)
+    assert cfg.runtime.publication == PublicationSettings(transport="tensor")
     client = EngineClient("http://127.0.0.1:1", cfg.runtime.client)
     try:
         assert client.settings is cfg.runtime.client
