@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.execute import NodeRunner
+    from runtime.node import Node
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def planned_judges(config: dict[str, Any], plan: dict[str, Any]) -> list[Managed
     return out
 
 
-def start_managed_judges(runner: NodeRunner) -> list[str]:
+def start_managed_judges(runner: Node) -> list[str]:
     """Start this node's managed judges and wait until each answers ``/health``."""
     from runtime.engines.sglang import sglang_installed
     from runtime.health import healthy as _healthy

@@ -26,7 +26,7 @@ from runtime.rollout.types import Sample
 from runtime.tracking import WandbSink
 
 if TYPE_CHECKING:
-    from runtime.execute import NodeRunner
+    from runtime.node import Node
 
 
 # ---- seams ---------------------------------------------------------------------------------
@@ -413,7 +413,7 @@ def _hf_names(model: Any) -> Any:
     return lambda sd: convert_state_to_hf(hf_config, dict(sd))
 
 
-def _distributed_publisher(runner: NodeRunner, model: Any) -> Any:
+def _distributed_publisher(runner: Node, model: Any) -> Any:
     """Broadcast publication from this (trainer) node: NCCL on GPUs, gloo on CPU."""
     from runtime.engines.process import free_port
     from runtime.publication.distributed import DistributedPublisher
@@ -434,7 +434,7 @@ def _distributed_publisher(runner: NodeRunner, model: Any) -> Any:
 
 
 # ---- the trainer node ------------------------------------------------------------------------
-def train(runner: NodeRunner) -> dict[str, Any]:
+def train(runner: Node) -> dict[str, Any]:
     """Run GRPO on this (trainer) node; returns the end-of-run summary."""
     from runtime.data.render import render_ids
     from runtime.publication.audit import audit
@@ -601,7 +601,7 @@ def _checkpointing(cfg: RunConfig) -> bool:
     return cfg.training.save_checkpoints or bool(cfg.checkpoint.interval)
 
 
-def _logger(runner: NodeRunner) -> Callable[[str], None]:
+def _logger(runner: Node) -> Callable[[str], None]:
     def log(msg: str) -> None:
         print(f"rlc: {msg}", file=sys.stderr, flush=True)
 

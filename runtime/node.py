@@ -1,0 +1,31 @@
+"""What the trainer-side code and the managed judges use of a node (`runtime.execute.NodeRunner`),
+as a protocol: they type against it without importing the module that imports them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from runtime.config import RunConfig
+    from runtime.placement import NodeIdentity
+    from runtime.rollout.loop import StopFlag
+    from runtime.supervisor import Supervisor
+
+
+class Node(Protocol):
+    """One node's running roles: its config, identity, processes and engine addresses."""
+
+    cfg: RunConfig
+    ident: NodeIdentity
+    resume: str
+    progress: bool
+    stop: StopFlag
+    sup: Supervisor
+    registry: Any
+    engine_urls: list[str]
+    gen_url: str
+    publisher: Any
+    prompts: tuple[Any, dict[str, Any]] | None
+    on_close: list[Any]
+
+    def health_check(self) -> None: ...
