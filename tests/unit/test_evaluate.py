@@ -156,9 +156,12 @@ def test_evaluator_spec_fills_the_milestone(tmp_path: Any) -> None:
 
     from runtime.launch.evaluator import EvaluatorSubmitError, evaluator_spec
 
-    manifest = json.loads(
-        eh.compile_to(eh.write_spec(tmp_path, sections=eh.BACKGROUND), tmp_path).read_text()
-    )
+    from compiler.pipeline import compile_spec
+
+    # background evaluator jobs read milestone snapshots from output.root: shared storage
+    spec = eh.write_spec(tmp_path, sections=eh.BACKGROUND)
+    shared = 'output.root="/weka/oe-training-default/rlc/runs/eval"'
+    manifest = compile_spec(str(spec), [shared]).manifest()
     spec = evaluator_spec(manifest, 40, tmp_path / "snap" / "update-000040")
     script = spec["tasks"][0]["arguments"][0]
     assert "--update 40" in script and "update-000040" in script

@@ -92,7 +92,7 @@ def test_unknown_tool():
 
 def test_valid_sglang_options_pass():
     opts = {
-        "chunked_prefill_size": 4096,
+        "max_prefill_tokens": 16384,
         "attention-backend": "fa3",
         "enable_metrics": True,
         "radix_eviction_policy": "lfu",
@@ -117,7 +117,7 @@ def test_type_and_choice_errors():
         {
             "max_prefill_tokens": "big",
             "enable_metrics": "yes",
-            "chunked_prefill_size": 1.5,
+            "decode_log_interval": 1.5,
             "cuda_graph_bs_decode": [1, "two"],
             "radix_eviction_policy": "lru2",
             "enable_metrics_for_all_schedulers": 1,
