@@ -154,9 +154,8 @@ def test_evaluator_spec_fills_the_milestone(tmp_path: Any) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
     import eval_helpers as eh
 
-    from runtime.launch.evaluator import EvaluatorSubmitError, evaluator_spec
-
     from compiler.pipeline import compile_spec
+    from runtime.launch.evaluator import EvaluatorSubmitError, evaluator_spec
 
     # background evaluator jobs read milestone snapshots from output.root: shared storage
     spec = eh.write_spec(tmp_path, sections=eh.BACKGROUND)
