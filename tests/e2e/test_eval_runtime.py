@@ -38,7 +38,7 @@ def test_shared_evaluation_on_the_rollout_engines(tmp_path: Path) -> None:
     evals = _records(run / "eval" / "metrics.jsonl")
     # update 0 (skip_eval_before_train=false), every 2 updates, and the final one
     assert [r["update"] for r in evals] == [0, 2, 3]
-    assert all(r["eval/arithmetic/prompts"] == 32 for r in evals)
+    assert all(r["eval/arithmetic/prompts"] == 64 for r in evals)  # the spec's eval_count
     assert all(0.0 <= r["eval/score"] <= 1.0 for r in evals)
     train = _records(run / "metrics.jsonl")
     assert [r["collection"] for r in train] == [0, 1, 2]  # the training stream is untouched

@@ -615,8 +615,8 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "background-eval-shared-root",
-        '[output]\nroot = "out"  # <-\n' + EVAL_BG,
-        '[output]\nroot = "/weka/oe-training-default/x"\n[[launch.weka_mounts]]\n'
+        GPU + '[output]\nroot = "out"  # <-\n' + EVAL_BG,
+        GPU + '[output]\nroot = "/weka/oe-training-default/x"\n[[launch.weka_mounts]]\n'
         'weka = "oe-training-default"\nmount_path = "/weka/oe-training-default"\n' + EVAL_BG,
     ),
     (
