@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -422,7 +421,8 @@ def test_generate_produces_a_working_parser(tmp_path):
     assert tree.data == "compare"
 
 
-def test_loading_and_evaluating_80_rules_is_fast(tmp_path):
+def test_a_fresh_process_loads_80_rules_from_the_disk_cache_without_parsing(tmp_path, monkeypatch):
+    """The disk cache is what keeps a cold compile fast (timed in benchmarks/, not here)."""
     text = "\n".join(
         f'rule r{i}\n  area "x"\n  when trainer.gpus > {i} and (inference.engine in ["sglang", "embedded"]'
         f' or not divides(2, trainer.gpus))\n  warning "g {{trainer.gpus}}"\n  at trainer.gpus\n'
@@ -431,15 +431,18 @@ def test_loading_and_evaluating_80_rules_is_fast(tmp_path):
     from compiler.rules import loader
 
     write(tmp_path, "many.rules", text)
-    load_rules(tmp_path, KNOWN)  # parses and fills the on-disk cache
+    first = load_rules(tmp_path, KNOWN)  # parses and fills the on-disk cache
     loader._PARSE_CACHE.clear()  # a fresh process: only the disk cache is warm
-    t0 = time.perf_counter()
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("a warm disk cache must not parse the rules text again")
+
+    monkeypatch.setattr(loader, "parse_rules_text", no_parsing)
+    monkeypatch.setattr(loader, "_sa", no_parsing)
     rs = load_rules(tmp_path, KNOWN)
     view = MappingView({"trainer": {"gpus": 40}, "inference": {"engine": "sglang"}})
-    findings = evaluate(rs, view)
-    elapsed = time.perf_counter() - t0
-    assert len(findings) == 40
-    assert elapsed < 0.25, f"load+evaluate of 80 rules took {elapsed * 1000:.1f} ms"
+    assert rs.digest == first.digest
+    assert len(evaluate(rs, view)) == len(evaluate(first, view)) == 40
 
 
 def test_source_map_rendering_smoke(tmp_path):
