@@ -162,6 +162,12 @@ def _system_path(root: str) -> bool:
     return any(root == d or root.startswith(d + "/") for d in _SYSTEM_DIRS)
 
 
+def _under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (both normalised)."""
+    p, r = posixpath.normpath(path), posixpath.normpath(root)
+    return p == r or p.startswith(r.rstrip("/") + "/")
+
+
 def _strings(node: Any) -> list[str]:
     if isinstance(node, str):
         return [node]
@@ -573,6 +579,11 @@ class _Resolver:
             self._fact_span(
                 spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True
             )
+        unmounted = [w for w in weka if not any(_under(w, m) for m in mounts)]
+        for orig, n in norm.items():  # point at an unmounted path first
+            span = self._find_string_span(orig) if n in unmounted else None
+            if span is not None:
+                spans.setdefault("facts.weka_paths", span)
         for orig, n in norm.items():
             span = self._find_string_span(orig) if n in weka else None
             if span is not None:
@@ -692,6 +703,7 @@ class _Resolver:
         return (
             {
                 "weka_paths": weka,
+                "weka_unmounted": unmounted,
                 "weka_mount_paths": mounts,
                 "weka_mount_overlap": overlap_mounts,
                 "env_secret_overlap": overlap,

@@ -9,6 +9,11 @@ each process compiles into its own local directory (``TRITON_CACHE_DIR``,
 generation directory, written under a temporary name and renamed into place (atomic on
 one filesystem), never modified afterwards. Publication is bounded by
 ``max_storage_bytes`` and ``publish_interval_seconds`` and never fails the run.
+
+In a Beaker job the spec carries the cache environment (``compiler.emit.beaker``):
+``RLC_COMPILER_CACHE_DIR`` names the node-local directory the private caches live under,
+``RLC_COMPILER_CACHE_SHARED_ROOT`` the shared root on the job's mounts; the runtime reads
+both and refuses a shared root that differs from the manifest's (an edited job spec).
 """
 
 from __future__ import annotations
@@ -26,10 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.config import ConfigError
+
 log = logging.getLogger(__name__)
 GENERATIONS = "generations"
 COMPLETE = "COMPLETE"
 ENV_VARS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+LOCAL_DIR_ENV = "RLC_COMPILER_CACHE_DIR"
+SHARED_ROOT_ENV = "RLC_COMPILER_CACHE_SHARED_ROOT"
+
+
+class CompilerCacheError(ConfigError):
+    """The job's cache environment disagrees with the manifest."""
 
 
 def tree_bytes(root: Path) -> int:
@@ -51,9 +64,18 @@ class CompilerCache:
     publish_interval_seconds: float = 600.0
 
     @classmethod
-    def from_config(cls, cc: Mapping[str, Any]) -> CompilerCache:
-        """From the manifest's ``config.compiler_cache`` table."""
+    def from_config(
+        cls, cc: Mapping[str, Any], env: Mapping[str, str] | None = None
+    ) -> CompilerCache:
+        """From the manifest's ``config.compiler_cache`` table (and the job's environment)."""
         root = cc.get("shared_root")
+        env = os.environ if env is None else env
+        carried = env.get(SHARED_ROOT_ENV)
+        if carried and bool(cc.get("enabled", True)) and carried != str(root or ""):
+            raise CompilerCacheError(
+                f"{SHARED_ROOT_ENV}={carried} but the manifest's compiler_cache.shared_root is "
+                f"{root!r}; the job spec was edited after compile (recompile instead)"
+            )
         return cls(
             enabled=bool(cc.get("enabled", True)),
             shared_root=None if not root else Path(str(root)),
@@ -116,7 +138,12 @@ class CacheSession:
 
     def __init__(self, cache: CompilerCache, base: Path | None = None) -> None:
         self.cache = cache
-        self.base = base or Path(tempfile.mkdtemp(prefix="rlc-compiler-cache-"))
+        if base is None:  # under the job's node-local cache directory when it names one
+            local = os.environ.get(LOCAL_DIR_ENV)
+            if local:
+                Path(local).mkdir(parents=True, exist_ok=True)
+            base = Path(tempfile.mkdtemp(prefix="rlc-compiler-cache-", dir=local or None))
+        self.base = base
         self.seed = self.base / "seed"
         self.seed.mkdir(parents=True, exist_ok=True)
         self.restored_from: Path | None = None

@@ -456,12 +456,14 @@ def _manifest_of(root: Path, digest: str) -> dict[str, Any] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, from_manifest
     from runtime.placement import PlacementError, node_identity, roles_for
 
     try:
         manifest = load_verified_manifest(args.manifest)
         cfg = replace(from_manifest(manifest), manifest_path=Path(args.manifest).resolve())
+        CompilerCache.from_config(cfg.config.get("compiler_cache") or {})  # the job's env agrees
         ident = node_identity()
         roles = roles_for(cfg.placement, ident)
     except (ManifestError, ConfigError, PlacementError) as exc:

@@ -34,6 +34,8 @@ DEFAULT_ENV: dict[str, str] = {
     "HF_HOME": "/tmp/hf-cache",
     "PYTHONUNBUFFERED": "1",
 }
+# Node-local directory of the private Triton / Inductor caches (runtime.compiler_cache).
+COMPILER_CACHE_DIR = "/tmp/rlc-compiler-cache"
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,22 @@ def _script(manifest_text: str, entry: list[str], log_name: str) -> str:
     )
 
 
-def _env_vars(launch: Mapping[str, Any], digest: str) -> list[dict[str, str]]:
+def _cache_env(compiler_cache: Mapping[str, Any]) -> dict[str, str]:
+    """The compiler-cache variables ``runtime.compiler_cache`` reads (none when off)."""
+    if not compiler_cache.get("enabled", True):
+        return {}
+    out = {"RLC_COMPILER_CACHE_DIR": COMPILER_CACHE_DIR}
+    if compiler_cache.get("shared_root"):
+        out["RLC_COMPILER_CACHE_SHARED_ROOT"] = str(compiler_cache["shared_root"])
+    return out
+
+
+def _env_vars(
+    launch: Mapping[str, Any], digest: str, compiler_cache: Mapping[str, Any]
+) -> list[dict[str, str]]:
     values: dict[str, str] = dict(DEFAULT_ENV)
     values.update({str(k): str(v) for k, v in (launch.get("env") or {}).items()})
+    values.update(_cache_env(compiler_cache))
     values["RLC_MANIFEST"] = MANIFEST_PATH
     values["RLC_MANIFEST_SHA256"] = digest
     secrets: dict[str, str] = {str(k): str(v) for k, v in (launch.get("secrets") or {}).items()}
@@ -155,7 +170,9 @@ def _common(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "timeout": "" if timeout in ("0", "0s") else timeout,
         "min_runtime": "" if min_runtime in ("", "0", "0s") else min_runtime,
         "auto_resume": bool(launch.get("auto_resume", False)),
-        "env_vars": _env_vars(launch, manifest["digest"]),
+        "env_vars": _env_vars(
+            launch, manifest["digest"], manifest["config"].get("compiler_cache") or {}
+        ),
     }
 
 

@@ -305,6 +305,24 @@ def test_compiler_cache_private_dirs_generations_and_budget(tmp_path: Path) -> N
     off.close()
 
 
+def test_compiler_cache_env_of_the_beaker_job(tmp_path: Path, monkeypatch: Any) -> None:
+    """The job spec's cache variables are what the runtime reads (golden: multinode YAML)."""
+    from compiler.emit.beaker import _cache_env
+    from runtime.compiler_cache import CacheSession, CompilerCache, CompilerCacheError
+
+    shared = str(tmp_path / "tmp-7d")
+    env = _cache_env({"enabled": True, "shared_root": shared})
+    assert _cache_env({"enabled": False, "shared_root": shared}) == {}
+    monkeypatch.setenv("RLC_COMPILER_CACHE_DIR", str(tmp_path / "local"))
+    cache = CompilerCache.from_config({"shared_root": shared}, env=env)
+    session = CacheSession(cache)  # private caches under the job's node-local directory
+    assert session.base.parent == tmp_path / "local"
+    assert session.env_for("trainer")["TRITON_CACHE_DIR"].startswith(str(tmp_path / "local"))
+    session.close(publish=False)
+    with pytest.raises(CompilerCacheError, match="edited after compile"):
+        CompilerCache.from_config({"shared_root": "/elsewhere/tmp-1d"}, env=env)
+
+
 # ---- [tracking] W&B --------------------------------------------------------------------------
 def test_wandb_offline_run_is_written_next_to_metrics(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
