@@ -213,10 +213,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "async.buffer_factor": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
     "async.producer_budget": ("runtime:runtime.rollout.driver:rollout_concurrency",),
     "async.unused_sample_handler": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
-    "async.submission_granularity": (
-        "runtime:runtime.config:_check_honoured",
-        "rule:submission-granularity-sample",
-    ),
+    "async.submission_granularity": ("runtime:runtime.rollout.driver:submission_granularity",),
     "async.publication_mode": (
         "runtime:runtime.config:_check_honoured",
         "rule:publication-mode-unsupported",

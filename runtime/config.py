@@ -483,10 +483,10 @@ def _check_honoured(config: dict[str, Any]) -> None:
             f"async.publication_mode = {publication_mode!r} is not implemented (only 'barrier')"
         )
     submission_granularity = asy.get("submission_granularity") or "group"
-    if submission_granularity != "group":
+    if submission_granularity not in ("group", "sample"):
         raise ConfigError(
-            f"async.submission_granularity = {submission_granularity!r} is not implemented "
-            "(the producer submits whole groups)"
+            f"async.submission_granularity = {submission_granularity!r} is not one of "
+            "'group', 'sample'"
         )
 
 

@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "78bbc7eb8170b65eeb056186974015e32fdf3e6c1418683b409e62b76c4bd17e"
+SOURCES = "06fdf3b3131a9208ea4a22bf0ccf190dcbabbbb022ea427f6840d960e856aa9b"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:e21ea34cac3ca2a8b15a53f4fc9e8e71fb51c5f8fc08ca8b296548787a6efdb1"
+SCHEMA_DIGEST = "sha256:56eaff2b26acd5d39343adeb634e8c1fb97a59012ef5b6370aed3b2b35061285"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

@@ -45,8 +45,8 @@ class AsyncSection(Section):
     )
     submission_granularity: Literal["sample", "group"] = fld(
         "group",
-        description="producer submits whole groups (one request with n samples); "
-        "single-sample submission is not implemented",
+        description="group: one request with n samples (one engine, shared prefix); "
+        "sample: one request per sample with its group seed (the router may spread a group)",
         aliases=("async.rollout_submission_granularity",),
     )
     publication_mode: Literal["barrier", "refresh", "engine_drain"] = fld(

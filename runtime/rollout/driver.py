@@ -207,26 +207,37 @@ def _make_trainer(
     )
 
 
+def submission_granularity(cfg: RunConfig) -> str:
+    """``async.submission_granularity``: "group" (one request with ``n``) or "sample"."""
+    return str((cfg.config.get("async") or {}).get("submission_granularity") or "group")
+
+
 def _make_generator(
     cfg: RunConfig,
     url: str,
     on_failure: Callable[[], None] = lambda: None,
     replay_urls: list[str] | None = None,
 ) -> GroupGenerator:
-    """Whole-group generation through the engine client (retries, timeouts from the manifest).
+    """Group generation through the engine client (retries, timeouts from the manifest).
 
-    The group goes out as ONE request with ``n`` and a base ``sampling_seed`` (sample i uses
-    seed + i): the pinned sglang-router refuses per-sample ``sampling_params`` lists, and one
-    request keeps the group on one engine (its prompt prefix is cached there). A failed or
-    aborted group is retried whole, up to ``runtime.group_retries`` times; ``on_failure``
-    runs before each retry (the node drops dead engines from the router there, so the
-    retry goes to a live one, or raises when none is left).
+    ``async.submission_granularity = "group"``: the group goes out as ONE request with
+    ``n`` and a base ``sampling_seed`` (sample i uses seed + i): the pinned sglang-router
+    refuses per-sample ``sampling_params`` lists and forwards a request to one worker, so
+    the group stays on one engine (SGLang expands ``n`` into parallel samples sharing the
+    cached prompt prefix). ``"sample"``: each sample is its own request (``n = 1``, the
+    seed it would have had in the group), sent concurrently, so the router may place the
+    samples of one group on different engines; the group completes when every sample is
+    back. Either way a failed or aborted request is retried up to ``runtime.group_retries``
+    times (a whole group, or just the failed sample); ``on_failure`` runs before each retry
+    (the node drops dead engines from the router there, so the retry goes to a live one,
+    or raises when none is left).
 
     With MoE router replay (``replay_urls``: the live engine URLs, a list the node edits
     when an engine dies) requests ask for ``return_routed_experts`` and go to the engines
     directly, round-robin: the pinned sglang-router drops ``routed_experts`` from replies.
     """
     import itertools
+    from concurrent.futures import ThreadPoolExecutor
 
     from runtime.engines.client import EngineClient, EngineFailure, EngineRequestError
 
@@ -234,6 +245,7 @@ def _make_generator(
     clients: dict[str, EngineClient] = {url: client}
     turn = itertools.count()
     retries = client.settings.group_retries
+    per_sample = submission_granularity(cfg) == "sample"
 
     def pick() -> tuple[str, EngineClient]:
         if not replay_urls:
@@ -243,17 +255,8 @@ def _make_generator(
             clients[target] = EngineClient(target, cfg.runtime.client)
         return target, clients[target]
 
-    def generate(
-        input_ids: list[int], sampling: dict[str, Any], seeds: list[int]
-    ) -> list[dict[str, Any]]:
-        n = len(seeds)
-        payload = {
-            "input_ids": list(input_ids),
-            "sampling_params": {**sampling, "n": n, "sampling_seed": seeds[0]},
-            "return_logprob": True,
-        }
-        if replay_urls is not None:
-            payload["return_routed_experts"] = True
+    def request(payload: dict[str, Any], n: int, what: str) -> list[dict[str, Any]]:
+        """One ``/generate`` call for ``n`` samples, retried per the group retry policy."""
         errors: list[str] = []
         for attempt in range(retries + 1):
             target, engine = pick()
@@ -279,9 +282,32 @@ def _make_generator(
                 time.sleep(client.backoff(attempt))
         on_failure()
         raise EngineFailure(
-            f"a group failed {retries + 1} times at {url} (runtime.group_retries={retries}); "
+            f"{what} failed {retries + 1} times at {url} (runtime.group_retries={retries}); "
             f"last error: {errors[-1] if errors else 'unknown'}"
         )
+
+    def payload_for(input_ids: list[int], params: dict[str, Any]) -> dict[str, Any]:
+        payload = {"input_ids": list(input_ids), "sampling_params": params, "return_logprob": True}
+        if replay_urls is not None:
+            payload["return_routed_experts"] = True
+        return payload
+
+    def generate(
+        input_ids: list[int], sampling: dict[str, Any], seeds: list[int]
+    ) -> list[dict[str, Any]]:
+        n = len(seeds)
+        if not per_sample:
+            params = {**sampling, "n": n, "sampling_seed": seeds[0]}
+            return request(payload_for(input_ids, params), n, "a group")
+
+        def one(i: int) -> dict[str, Any]:
+            params = {**sampling, "n": 1, "sampling_seed": seeds[i]}
+            return request(payload_for(input_ids, params), 1, f"sample {i} of a group")[0]
+
+        if n == 1:
+            return [one(0)]
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="sample") as pool:
+            return list(pool.map(one, range(n)))
 
     return generate
 
@@ -290,13 +316,16 @@ def rollout_concurrency(cfg: RunConfig) -> int:
     """Prompt groups generated at once.
 
     A group is ONE HTTP request (``n = samples_per_prompt``), so it takes one of the
-    client's HTTP slots: ``min(server_concurrency, max_running_requests)`` per engine. With
-    async, ``async.producer_budget`` (samples in flight) bounds it to whole groups too.
+    client's HTTP slots: ``min(server_concurrency, max_running_requests)`` per engine; with
+    ``submission_granularity = "sample"`` it takes ``n`` slots (one request per sample).
+    With async, ``async.producer_budget`` (samples in flight) bounds it to whole groups too.
     Never more than one collection's prompts, at least one group.
     """
     inf = cfg.inference
     server_concurrency = int(inf.raw.get("server_concurrency") or inf.max_running_requests)
     slots = min(server_concurrency, inf.max_running_requests) * len(cfg.placement.engines)
+    if submission_granularity(cfg) == "sample":
+        slots = max(1, slots // inf.samples_per_prompt)
     groups = min(inf.prompts_per_collection, slots)
     if cfg.async_.enabled:
         producer_budget = (cfg.config.get("async") or {}).get("producer_budget")

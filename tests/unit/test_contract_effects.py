@@ -42,7 +42,6 @@ def _cfg(tmp_path: Path, **sections: dict[str, Any]) -> Any:
     [
         ("training", {"algorithm": "opd"}),
         ("async", {"publication_mode": "refresh"}),
-        ("async", {"submission_granularity": "sample"}),
     ],
 )
 def test_unhonoured_values_are_refused_before_anything_starts(

@@ -641,11 +641,6 @@ CASES: list[tuple[str, str, str]] = [
         ASYNC + 'publication_mode = "barrier"\n',
     ),
     (
-        "submission-granularity-sample",
-        ASYNC + 'submission_granularity = "sample"  # <-\n',
-        ASYNC + 'submission_granularity = "group"\n',
-    ),
-    (
         "row-specialization-static",
         '[trainer]\nrow_specialization = "static"  # <-\n',
         '[trainer]\nrow_specialization = "dynamic"\n',
