@@ -122,6 +122,9 @@ def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
     embed = vocab * d * (1 if cfg.get("tie_word_embeddings") else 2)
     params = embed + layers * (attn + mlp + 2 * d) + d
     out = {"params": params, "layers": layers, "hidden": d, "kv_heads": kv, "head_dim": head_dim}
+    out["vocab"] = vocab
+    # MLP width one token passes through (the routed experts' sum for MoE)
+    out["ffn_hidden"] = inter * (int(cfg.get("num_experts_per_tok") or 1) if experts else 1)
     if experts:
         out["experts"] = experts
     return out

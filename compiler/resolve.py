@@ -912,39 +912,10 @@ class _Resolver:
 
 
 def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
-    """A coarse memory estimate (GiB): weights + grads + Adam states sharded over the trainer
-    world, activations of one packed row, engine weights + KV pool."""
-    params = c["model"]["num_params"]
-    gib = 1024**3
-    out: dict[str, Any] = {
-        "known": params is not None,
-        "gpu_memory_gib": c["launch"]["gpu_memory_gib"],
-        "trainer_gib_per_gpu": None,
-        "engine_gib_per_gpu": None,
-        "colocated_gib_per_gpu": None,
-        "engine_budget_gib": None,
-        "formula": "trainer = params*16B/world + layers*hidden*tokens*2B*(4 if recompute else 16); "
-        "engine = params*2B/tp + pool*layers*2*kv_heads*head_dim*2B/tp",
-    }
-    if params is None:
-        return out
-    tr, inf = c["trainer"], c["inference"]
-    world = max(placement["trainer"]["world_size"], 1)
-    tokens = tr["packing_max_tokens"] or inf["max_context_length"]
-    layers = int(info.get("layers", 0))
-    hidden = int(info.get("hidden", 0))
-    act = layers * hidden * tokens * 2 * (4 if tr["activation_recompute"] else 16)
-    trainer = (params * 16 / world + act) / gib
-    tp = max(inf["tensor_parallel"], 1)
-    kv_per_token = layers * 2 * int(info.get("kv_heads", 0)) * int(info.get("head_dim", 0)) * 2
-    engine = (params * 2 + inf["max_total_tokens"] * kv_per_token) / tp / gib
-    out["trainer_gib_per_gpu"] = round(trainer, 3)
-    out["engine_gib_per_gpu"] = round(engine, 3) if kv_per_token else None
-    out["colocated_gib_per_gpu"] = (
-        round(trainer + engine, 3) if inf["placement"] == "colocated" else None
-    )
-    out["engine_budget_gib"] = round(inf["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3)
-    return out
+    """The per-GPU memory estimate and its parts (``compiler.memory``)."""
+    from compiler.memory import estimate
+
+    return estimate(c, info, placement)
 
 
 def resolve(

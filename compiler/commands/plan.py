@@ -177,6 +177,14 @@ def _render(r: Any, result: Any) -> None:
                 ],
             )
         )
+        for title, parts in (
+            ("trainer parts (GiB)", m.get("trainer_parts_gib") or {}),
+            ("engine parts (GiB)", m.get("engine_parts_gib") or {}),
+        ):
+            if parts:
+                console.print(
+                    _kv_table(title, [(k.replace("_", " "), v) for k, v in parts.items()])
+                )
     else:
         console.print("memory estimate: unknown (set model.num_params for a non-builtin model)")
     if result.diagnostics:

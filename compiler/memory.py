@@ -1,0 +1,146 @@
+"""The plan's per-GPU memory estimate, with its parts (bytes counted, GiB reported).
+
+Trainer peak = fp32 weights, grads and Adam states (sharded over the trainer world)
++ the reference model + activations saved for backward + the larger of two backward
+phases: the LM head's (saved logits + their gradient + the log-prob chunk scratch) and,
+with recompute, one transformer block rebuilt at a time. Engine = bf16 weights + its KV
+cache + the prefill's transient + the sampler's logits.
+
+Per-token activation bytes of one block were counted on the CPU with
+``torch.autograd.graph.saved_tensors_hooks`` on builtin models under bf16 autocast
+(``tests/unit/test_memory_estimate.py`` re-measures them): ``52 d + 8 f`` bytes with
+``d`` the width and ``f`` the MLP width (norms and RoPE keep fp32 copies of the residual,
+autocast keeps a bf16 copy of each matmul input, SwiGLU keeps four ``f``-wide tensors),
+``59 d + 16 f`` in fp32; with full recompute a block keeps only its fp32 input (``4 d``).
+FlexAttention keeps no ``T x T`` mask; the dense-mask ``sdpa`` backend keeps one per block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024**3
+LOGPROB_CHUNK_ROWS = 1024  # runtime.trainer.logprobs.CHUNK_ROWS (a test keeps them equal)
+ENGINE_PREFILL_TOKENS = 16384  # the embedded engine's default prefill chunk
+KV_ROW_ALIGN = 64  # the embedded engine rounds each slot's cache rows up to this
+
+# saved-for-backward bytes per token: (per width d, per MLP width f) of one block, and the
+# embedding/final-norm/LM-head input (per width d), by compute precision
+_BLOCK = {"bf16": (52, 8), "fp32": (59, 16)}
+_OUTSIDE = {"bf16": 10, "fp32": 12}
+_LOGPROB_FP32_CHUNKS = 4  # backward: log-softmax, softmax, gradient, one product
+
+
+def _shape(source: str, info: dict[str, Any]) -> dict[str, int]:
+    d = int(info.get("hidden", 0))
+    vocab = int(info.get("vocab", 0))
+    if source.startswith("builtin:") and "vocab_size=" in source:
+        for part in source.partition("?")[2].split("&"):
+            key, _, val = part.partition("=")
+            if key == "vocab_size" and val.isdigit():
+                vocab = int(val)
+    return {
+        "layers": int(info.get("layers", 0)),
+        "d": d,
+        "f": int(info.get("ffn_hidden", 0)) or 4 * d,
+        "kv": int(info.get("kv_heads", 0)) * int(info.get("head_dim", 0)),
+        "vocab": vocab,
+    }
+
+
+def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[str, float]:
+    """Bytes per trainer GPU by part (see the module docstring for the model)."""
+    params = int(c["model"]["num_params"])
+    tr, opt = c["trainer"], c["optimizer"]
+    s = _shape(c["model"]["source"], info)
+    tokens = int(tr["packing_max_tokens"] or c["inference"]["max_context_length"])
+    gpu = tr.get("device", "cpu") == "cuda"
+    prec = "bf16" if gpu else "fp32"
+    logit_bytes = 4 if (tr.get("fp32_lm_head") or not gpu) else 2
+    per_d, per_f = _BLOCK[prec]
+    block = tokens * (per_d * s["d"] + per_f * s["f"])
+    outside = tokens * _OUTSIDE[prec] * s["d"]
+    recompute = bool(tr["activation_recompute"])
+    saved = s["layers"] * (tokens * 4 * s["d"] if recompute else block) + outside
+    if tr.get("attention_backend") == "sdpa":
+        saved += s["layers"] * tokens * tokens * (2 if gpu else 4)
+    logits = tokens * s["vocab"] * logit_bytes
+    rows = min(LOGPROB_CHUNK_ROWS, tokens)
+    chunks = rows * s["vocab"] * (_LOGPROB_FP32_CHUNKS * 4 + logit_bytes)
+    return {
+        "weights_grads_adam": params * 16 / max(world, 1),
+        "reference_model": params * 4.0 if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
+        "activations": float(saved),
+        "logits": float(logits),
+        "logits_grad": float(logits),
+        "logprob_chunks": float(chunks),
+        "recompute_block": float(block if recompute else 0),
+    }
+
+
+def trainer_peak(parts: dict[str, float]) -> float:
+    """The head's backward and a recomputed block are not alive at the same time."""
+    head = parts["logits"] + parts["logits_grad"] + parts["logprob_chunks"]
+    return (
+        parts["weights_grads_adam"]
+        + parts["reference_model"]
+        + parts["activations"]
+        + max(head, parts["recompute_block"])
+    )
+
+
+def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
+    """Bytes per engine GPU: bf16 weights, the KV cache the engine allocates, transients."""
+    inf = c["inference"]
+    s = _shape(c["model"]["source"], info)
+    tp = max(int(inf["tensor_parallel"]), 1)
+    ctx = int(inf["max_context_length"])
+    slots = int(inf["max_running_requests"])
+    if inf.get("engine", "embedded") == "embedded":  # slots x context rows, rounded up
+        kv_tokens = slots * (-(-ctx // KV_ROW_ALIGN) * KV_ROW_ALIGN)
+    else:  # SGLang sizes its token pool
+        kv_tokens = int(inf["max_total_tokens"])
+    kv = kv_tokens * s["layers"] * 2 * s["kv"] * 2
+    prefill = min(ENGINE_PREFILL_TOKENS, ctx) * (3 * s["f"] + 6 * s["d"]) * 2
+    return {
+        "weights": int(c["model"]["num_params"]) * 2 / tp,
+        "kv_cache": kv / tp,
+        "prefill_transient": prefill / tp,
+        "sampler_logits": float(slots * s["vocab"] * (2 + 3 * 4)),
+    }
+
+
+def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+    """``plan.memory``: per-GPU totals (GiB) and their parts."""
+    params = c["model"]["num_params"]
+    out: dict[str, Any] = {
+        "known": params is not None,
+        "gpu_memory_gib": c["launch"]["gpu_memory_gib"],
+        "trainer_gib_per_gpu": None,
+        "engine_gib_per_gpu": None,
+        "colocated_gib_per_gpu": None,
+        "engine_budget_gib": None,
+        "trainer_parts_gib": {},
+        "engine_parts_gib": {},
+        "formula": "trainer = params*16B/world + reference + saved activations "
+        "(recompute: layers*T*4d, else layers*T*(52d+8f) bf16) + max(logits + grad + "
+        "log-prob chunks, one recomputed block); engine = params*2B/tp + KV + transients",
+    }
+    if params is None:
+        return out
+    world = max(int(placement["trainer"]["world_size"]), 1)
+    tp = trainer_parts(c, info, world)
+    ep = engine_parts(c, info)
+    trainer = trainer_peak(tp) / GIB
+    engine = sum(ep.values()) / GIB
+    out["trainer_parts_gib"] = {k: round(v / GIB, 3) for k, v in tp.items()}
+    out["engine_parts_gib"] = {k: round(v / GIB, 3) for k, v in ep.items()}
+    out["trainer_gib_per_gpu"] = round(trainer, 3)
+    out["engine_gib_per_gpu"] = round(engine, 3) if ep["kv_cache"] else None
+    out["colocated_gib_per_gpu"] = (
+        round(trainer + engine, 3) if c["inference"]["placement"] == "colocated" else None
+    )
+    out["engine_budget_gib"] = round(
+        c["inference"]["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3
+    )
+    return out
