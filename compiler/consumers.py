@@ -126,7 +126,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.attention_backend": (_TRAINER,),
     "trainer.sequence_packing": (_TRAINER,),
     "trainer.packing_max_tokens": (_TRAINER,),
-    "trainer.row_specialization": (_TRAINER, "rule:row-specialization-static"),
+    "trainer.row_specialization": ("runtime:runtime.trainer.trainer:Trainer.static_row_tokens",),
     "trainer.fp32_lm_head": (_TRAINER,),
     "trainer.router_aux_loss_coef": (_TRAINER,),
     "trainer.router_z_loss_coef": (_TRAINER,),

@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "0da87dce0d3f81be8a1dfa14a8351d988089ea401f21b2661d6cedb8a5765a6b"
+SOURCES = "8db4062510b0b466872dd8f317316b8ab45682dbf9170db48362d1c7f6b5a9bb"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:56eaff2b26acd5d39343adeb634e8c1fb97a59012ef5b6370aed3b2b35061285"
+SCHEMA_DIGEST = "sha256:9a769c7e24b585d3da2c78666f1f2c5f6e5a3066eb5343f2690284b80a3d5a7c"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

@@ -67,7 +67,9 @@ class TrainerSection(Section):
         le=1048576,
     )
     row_specialization: Literal["static", "dynamic"] = fld(
-        "dynamic", description="SwiGLU row specialization"
+        "dynamic",
+        description="trainer rows: dynamic = sized to their samples; static = padded to "
+        "packing_max_tokens (or the context without packing), one shape for every step",
     )
     fp32_lm_head: bool = fld(False, description="compute the LM head in float32")
     router_aux_loss_coef: float = fld(

@@ -33,10 +33,16 @@ class PackedRow:
     response_mask: torch.Tensor | None = None  # (T,) bool, True at response tokens
     routed_experts: torch.Tensor | None = None  # (T, moe_layers, top_k) long, replay ids
     replay_mask: torch.Tensor | None = None  # (T,) bool, True where a routing was recorded
+    pad_tokens: int = 0  # trailing padding of a static row (its own document, no loss)
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @property
+    def real_tokens(self) -> int:
+        """Tokens of the packed samples (the row without its static padding)."""
+        return self.num_tokens - self.pad_tokens
 
     def model_kwargs(self, device: torch.device) -> dict[str, object]:
         """Forward kwargs for OLMo-core: doc masking only when the row holds >1 document."""
@@ -177,3 +183,37 @@ def pack_samples(
         raise ValueError(f"{len(routed)} routings for {len(samples)} samples")
     plan = plan_rows([s.num_tokens for s in samples], max_tokens)
     return [build_row(samples, idx, routed) for idx in plan]
+
+
+def pad_row(row: PackedRow, length: int) -> PackedRow:
+    """``row`` padded to exactly ``length`` tokens (``trainer.row_specialization = "static"``).
+
+    Why: one row shape for every step lets a compiled trainer step keep one graph. The
+    padding is a document of its own (document masking keeps it out of the samples'
+    attention; it sits after them, so causal attention does too), predicts nothing
+    (``IGNORE`` targets, zero loss weight) and is left out of router losses
+    (``real_tokens``). A row already longer than ``length`` (a sample beyond the planned
+    row length) is returned as it is.
+    """
+    pad = length - row.num_tokens
+    if pad <= 0:
+        return row
+
+    def extend(t: torch.Tensor, value: float | int | bool) -> torch.Tensor:
+        return torch.cat([t, torch.full((pad, *t.shape[1:]), value, dtype=t.dtype)])
+
+    return PackedRow(
+        input_ids=extend(row.input_ids, 0),
+        targets=extend(row.targets, IGNORE),
+        loss_mask=extend(row.loss_mask, 0.0),
+        advantages=extend(row.advantages, 0.0),
+        rollout_logprobs=extend(row.rollout_logprobs, float("nan")),
+        old_logprobs=extend(row.old_logprobs, float("nan")),
+        sample_index=extend(row.sample_index, -1),
+        doc_lens=[*row.doc_lens, pad],
+        samples=list(row.samples),
+        response_mask=None if row.response_mask is None else extend(row.response_mask, False),
+        routed_experts=None if row.routed_experts is None else extend(row.routed_experts, 0),
+        replay_mask=None if row.replay_mask is None else extend(row.replay_mask, False),
+        pad_tokens=row.pad_tokens + pad,
+    )

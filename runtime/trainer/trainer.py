@@ -41,7 +41,7 @@ from .distributed import (
 )
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
 from .logprobs import token_logprobs
-from .packing import IGNORE, PackedRow, pack_samples
+from .packing import IGNORE, PackedRow, pack_samples, pad_row
 from .parallel import clip_grad_norm_, full_tensor, parallelize, plan_mesh
 from .replay import REDUCTIONS, as_routed_experts, moe_routers, router_losses, router_tap
 from .schedule import lr_multiplier
@@ -81,7 +81,7 @@ class TrainerConfig:
     architecture: str | None = None
     hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint (model.hf_template)
     fp32_lm_head: bool = False  # LM head (and logits) in float32 under bf16 autocast
-    row_specialization: str = "dynamic"  # packed rows sized to their samples (only value)
+    row_specialization: str = "dynamic"  # "dynamic": rows sized to their samples; "static"
     world_size: int = 1  # the compiled trainer world; the process group must match it
     nodes: int = 1  # trainer nodes (HSDP replicates across them)
     max_row_tokens: int | None = None  # the longest row (fixes MoE capacity under EP)
@@ -265,9 +265,10 @@ class Trainer:
             hf_template=cfg.hf_template,
         )
         self.model = self.loaded.model
-        if cfg.row_specialization != "dynamic":
+        if cfg.row_specialization not in ("dynamic", "static"):
             raise ValueError(
-                f"trainer.row_specialization = {cfg.row_specialization!r} is not implemented"
+                f"trainer.row_specialization = {cfg.row_specialization!r} is not 'dynamic' "
+                "or 'static'"
             )
         if cfg.fp32_lm_head:
             _fp32_lm_head(self.model)
@@ -424,7 +425,24 @@ class Trainer:
                     missing,
                     len(samples),
                 )
-        return pack_samples(samples, max_tokens, routed)
+        return [self._shaped(r) for r in pack_samples(samples, max_tokens, routed)]
+
+    def static_row_tokens(self) -> int | None:
+        """The one row length of ``row_specialization = "static"`` (None when dynamic):
+        the packing budget, else the planned row length (the context)."""
+        cfg = self.cfg
+        if cfg.row_specialization != "static":
+            return None
+        if cfg.sequence_packing:
+            return cfg.packing_max_tokens or cfg.max_row_tokens or DEFAULT_PACKING_MAX_TOKENS
+        return cfg.max_row_tokens or cfg.packing_max_tokens or DEFAULT_PACKING_MAX_TOKENS
+
+    def _shaped(self, row: PackedRow) -> PackedRow:
+        length = self.static_row_tokens()
+        return row if length is None else pad_row(row, length)
+
+    def _filler(self) -> PackedRow:
+        return self._shaped(_filler_rows()[0])
 
     def _forward_selected(
         self,
@@ -469,7 +487,7 @@ class Trainer:
         try:
             for row in self._padded(self._rows(local)):
                 if row is None:
-                    self._forward_selected(self.model, _filler_rows()[0], want_entropy=False)
+                    self._forward_selected(self.model, self._filler(), want_entropy=False)
                     continue
                 logp, _, pos, _ = self._forward_selected(self.model, row, want_entropy=False)
                 owners = row.sample_index.to(self.device).index_select(0, pos)
@@ -505,7 +523,7 @@ class Trainer:
             {
                 "tokens": local_tokens,
                 "samples": float(len(samples)),
-                "all_tokens": float(sum(r.num_tokens for r in rows)),
+                "all_tokens": float(sum(r.real_tokens for r in rows)),
                 "resp_tokens": float(sum(_response_count(r) for r in rows)),
             },
             self.device,
@@ -519,8 +537,7 @@ class Trainer:
         seq_tokens = 0
         for padded in self._padded(rows):
             if padded is None:  # keep in step with busier ranks; contributes nothing
-                filler = _filler_rows()[0]
-                logp, _, _, _ = self._forward_selected(self.model, filler, False)
+                logp, _, _, _ = self._forward_selected(self.model, self._filler(), False)
                 (logp.sum() * 0.0).backward()
                 continue
             row = padded
@@ -551,7 +568,7 @@ class Trainer:
             if want_aux or want_z:
                 loss = loss + self._router_loss(row, tap.records, counts, sums)
             loss.backward()
-            seq_tokens += row.num_tokens
+            seq_tokens += row.real_tokens
             for k, v in msums.items():
                 if k == "ratio_max":
                     ratio_max = max(ratio_max, float(v))
@@ -627,6 +644,7 @@ class Trainer:
         token-weighted mean of row-local losses (over all tokens or response tokens)."""
         cfg = self.cfg
         token_mask = torch.ones(row.num_tokens, dtype=torch.bool, device=self.device)
+        token_mask[row.real_tokens :] = False  # static padding is not routed work
         resp = row.response_mask if row.response_mask is not None else row.targets != IGNORE
         response_mask = resp.to(self.device)
         aux, z = router_losses(
@@ -642,7 +660,7 @@ class Trainer:
 
         def share(reduction: str) -> float:
             if reduction == "token":
-                return row.num_tokens / max(counts["all_tokens"], 1.0)
+                return row.real_tokens / max(counts["all_tokens"], 1.0)
             return _response_count(row) / max(counts["resp_tokens"], 1.0)
 
         total = torch.zeros((), device=self.device)

@@ -641,11 +641,6 @@ CASES: list[tuple[str, str, str]] = [
         ASYNC + 'publication_mode = "barrier"\n',
     ),
     (
-        "row-specialization-static",
-        '[trainer]\nrow_specialization = "static"  # <-\n',
-        '[trainer]\nrow_specialization = "dynamic"\n',
-    ),
-    (
         "heartbeat-timeout-unused",
         "[launch.coordination]\nheartbeat_timeout = 60  # <-\n",
         "[launch.coordination]\nstartup_timeout = 600\n",
