@@ -39,8 +39,8 @@ def stage(name):
     now = time.perf_counter()
     out[name] = now - t
     t = now
-from compiler import cli  # noqa: F401 - what `rlc` imports before any command
-from compiler.commands import compile as command  # noqa: F401
+from rlc_cli import main  # noqa: F401 - what `rlc` imports before any command
+from rlc_cli.commands import compile as command  # noqa: F401
 stage("import cli + compile command")
 from compiler.pipeline import compile_spec
 result = compile_spec(sys.argv[1])
@@ -122,7 +122,7 @@ def main() -> None:
     base = {**os.environ, "RLC_CACHE_DIR": str(cache)}
     base.pop("PYTHONDONTWRITEBYTECODE", None)
     spec = "specs/examples/quickstart.toml"
-    compile_cmd = [py, "-m", "compiler.cli", "compile", spec, "-o", str(build)]
+    compile_cmd = [py, "-m", "rlc_cli.main", "compile", spec, "-o", str(build)]
     no_cache_cmd = [*compile_cmd, "--no-cache"]
     # warm the bytecode and the rules cache once, as an installed rlc would have
     subprocess.run(no_cache_cmd, cwd=ROOT, env=base, check=True, capture_output=True)
@@ -131,7 +131,7 @@ def main() -> None:
             "python -c 'import tomllib' (floor)",
             timed([py, "-c", "import tomllib"], base, args.runs),
         ),
-        ("rlc --help", timed([py, "-m", "compiler.cli", "--help"], base, args.runs)),
+        ("rlc --help", timed([py, "-m", "rlc_cli.main", "--help"], base, args.runs)),
         ("rlc compile quickstart --no-cache", timed(no_cache_cmd, base, args.runs)),
         ("  same, derived-code caches cold", timed_cold_caches(no_cache_cmd, base, args.runs)),
         (

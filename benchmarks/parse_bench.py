@@ -266,13 +266,13 @@ def main() -> int:
     )
     python = [sys.executable]
     rows["python -c pass (floor)"] = _cold([*python, "-c", "pass"], args.starts, ROOT)
-    rows["rlc --help (cold)"] = _cold([*python, "-m", "compiler.cli", "--help"], args.starts, ROOT)
+    rows["rlc --help (cold)"] = _cold([*python, "-m", "rlc_cli.main", "--help"], args.starts, ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / "spec.toml"
         spec_path.write_text(spec)
         has_validate = (ROOT / "compiler" / "commands" / "validate.py").exists()
         rows["rlc validate spec (cold)"] = (
-            _cold([*python, "-m", "compiler.cli", "validate", str(spec_path)], args.starts, ROOT)
+            _cold([*python, "-m", "rlc_cli.main", "validate", str(spec_path)], args.starts, ROOT)
             if has_validate
             else None
         )

@@ -31,12 +31,13 @@ def _cache_root() -> Path:
     return Path(base) / "compile"
 
 
-def _tool_identity(h: Any) -> None:
+def _tool_identity(h: Any, callers: tuple[Path, ...]) -> None:
     from compiler import resources
 
     package = Path(__file__).resolve().parent
     roots = [
         package,
+        *callers,
         resources.schemas_dir(),
         resources.templates_dir(),
         resources.recipes_dir(),
@@ -57,7 +58,11 @@ def _tool_identity(h: Any) -> None:
     h.update(lock.read_bytes() if lock.exists() else b"")
 
 
-def key(spec: str, overrides: tuple[str, ...], out_dir: str) -> str | None:
+def key(
+    spec: str, overrides: tuple[str, ...], out_dir: str, callers: tuple[Path, ...] = ()
+) -> str | None:
+    """The cache key; ``callers`` are the source folders of the code that renders the output
+    (the CLI's commands), so an edit there misses the cache like an edit to the compiler."""
     try:
         data = Path(spec).read_bytes()
     except OSError:
@@ -65,7 +70,7 @@ def key(spec: str, overrides: tuple[str, ...], out_dir: str) -> str | None:
     h = hashlib.sha256(_VERSION)
     h.update(json.dumps([spec, list(overrides), out_dir, os.getcwd()]).encode())
     h.update(hashlib.sha256(data).digest())
-    _tool_identity(h)
+    _tool_identity(h, callers)
     return h.hexdigest()
 
 

@@ -40,7 +40,7 @@ def plan_estimate(ctx: int) -> dict[str, Any]:
         "inference.server_concurrency": SLOTS,
         "inference.max_total_tokens": SLOTS * ctx,
     }
-    argv = [sys.executable, "-m", "compiler.cli", "plan", "specs/examples/gpu-dense.toml", "--json"]
+    argv = [sys.executable, "-m", "rlc_cli.main", "plan", "specs/examples/gpu-dense.toml", "--json"]
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)

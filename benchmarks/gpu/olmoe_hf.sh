@@ -19,12 +19,12 @@ t0=$SECONDS
 python3 scripts/make_hf_checkpoint.py --family olmoe --out "$SRC" --d-model 1024 \
   --n-layers 16 --n-heads 16 --hidden 256 --experts 64 --top-k 8 --dtype bfloat16
 echo "checkpoint written in $((SECONDS - t0))s"
-python3 -m compiler.cli run specs/examples/gpu-moe.toml --no-progress \
+python3 -m rlc_cli.main run specs/examples/gpu-moe.toml --no-progress \
   --set "model.source=\"$SRC\"" --set "output.root=\"$ROOT_DIR\"" \
   --set training.num_rollouts=2 --set checkpoint.interval=2 --set output.export_hf=true \
   --set trainer.packing_max_tokens=4096
 echo "run finished at $((SECONDS - t0))s"
-python3 -m compiler.cli export "$ROOT_DIR" --out "$EXPORT"
+python3 -m rlc_cli.main export "$ROOT_DIR" --out "$EXPORT"
 python3 - "$ROOT_DIR" "$EXPORT" "$RES/check.json" <<'PY'
 import json, sys
 from pathlib import Path

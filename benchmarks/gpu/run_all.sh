@@ -68,9 +68,9 @@ for s in "$@"; do
     name=gpu-${s%-run}
     root=/tmp/runs/$name
     rm -rf "$root"
-    stage "$s" 210 python3 -m compiler.cli run "specs/examples/$name.toml" --no-progress \
+    stage "$s" 210 python3 -m rlc_cli.main run "specs/examples/$name.toml" --no-progress \
       --set "output.root=\"$root\"" --set checkpoint.interval=2
-    stage "$s-resume" 150 python3 -m compiler.cli run "specs/examples/$name.toml" --no-progress \
+    stage "$s-resume" 150 python3 -m rlc_cli.main run "specs/examples/$name.toml" --no-progress \
       --set "output.root=\"$root\"" --set checkpoint.interval=2 \
       --set training.num_rollouts=6 --resume required
     mkdir -p "$RES/runs/$name"
@@ -84,7 +84,7 @@ for s in "$@"; do
     # sharing the GPU; olmo3-190m keeps the two CPU random inits short
     root=/tmp/runs/gpu-dense-tensor
     rm -rf "$root"
-    stage "$s" 150 python3 -m compiler.cli run specs/examples/gpu-dense.toml --no-progress \
+    stage "$s" 150 python3 -m rlc_cli.main run specs/examples/gpu-dense.toml --no-progress \
       --set "output.root=\"$root\"" --set 'model.source="builtin:olmo3-190m"' \
       --set 'runtime.publication_transport="tensor"' --set training.num_rollouts=3
     mkdir -p "$RES/runs/gpu-dense-tensor"

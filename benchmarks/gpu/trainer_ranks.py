@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def compile_manifest(spec: Path, sets: list[str], out: Path) -> Path:
-    argv = [sys.executable, "-m", "compiler.cli", "compile", str(spec), "-o", str(out)]
+    argv = [sys.executable, "-m", "rlc_cli.main", "compile", str(spec), "-o", str(out)]
     for s in sets:
         argv += ["--set", s]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)

@@ -148,7 +148,7 @@ CLI_INVALID = [
 
 def _decode(data: bytes) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "compiler.cli", "toml", "decode"],
+        [sys.executable, "-m", "rlc_cli.main", "toml", "decode"],
         input=data,
         capture_output=True,
         cwd=REPO,

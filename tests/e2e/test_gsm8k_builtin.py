@@ -25,7 +25,7 @@ def test_gsm8k_spec_runs_with_real_files(tmp_path):
         [
             sys.executable,
             "-m",
-            "compiler.cli",
+            "rlc_cli.main",
             "run",
             "specs/examples/gsm8k-builtin.toml",
             "--no-progress",

@@ -47,7 +47,7 @@ def test_olmoe_hf_source_trains_with_router_replay_and_exports(tmp_path: Path) -
 
     from click.testing import CliRunner
 
-    from compiler.cli import cli
+    from rlc_cli.main import cli
     from runtime.models import load_model
 
     exported = tmp_path / "rlc-export"

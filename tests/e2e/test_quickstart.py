@@ -24,7 +24,7 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     if not QUICKSTART.exists():
         pytest.skip("quickstart spec missing")
     root = tmp_path / "run"
-    argv = [sys.executable, "-m", "compiler.cli", "run", str(QUICKSTART), "--no-progress"]
+    argv = [sys.executable, "-m", "rlc_cli.main", "run", str(QUICKSTART), "--no-progress"]
     argv += ["--set", f'output.root="{root}"']
     proc = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -51,7 +51,7 @@ def test_a_model_source_the_runtime_cannot_load_is_refused_first(tmp_path: Path)
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
     root = tmp_path / "run"
-    argv = [sys.executable, "-m", "compiler.cli", "run", str(QUICKSTART), "--no-progress"]
+    argv = [sys.executable, "-m", "rlc_cli.main", "run", str(QUICKSTART), "--no-progress"]
     argv += ["--set", f'model.source="{broken}"', "--set", f'output.root="{root}"']
     proc = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RLC = [sys.executable, "-m", "compiler.cli"]
+RLC = [sys.executable, "-m", "rlc_cli.main"]
 
 
 def rlc(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:

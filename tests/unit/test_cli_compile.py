@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from compiler.cli import cli
 from compiler.pipeline import compile_spec
+from rlc_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "specs" / "examples").glob("*.toml"))

@@ -92,7 +92,7 @@ def test_over_long_prompts_error_or_drop_with_report(tmp_path: Path) -> None:
 
 
 def test_cli_prepare_and_verify(tmp_path: Path) -> None:
-    from compiler.cli import cli
+    from rlc_cli.main import cli
 
     spec = Path(__file__).resolve().parents[2] / "specs" / "examples" / "quickstart.toml"
     if not spec.exists():

@@ -24,10 +24,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.cli import cli
 from compiler.diagnostics import DiagnosticError
 from compiler.parse import parse_document
 from compiler.reference import catalog
+from rlc_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE = max(1, int(os.environ.get("RLC_FUZZ_SCALE", "1")))

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from compiler.cli import cli
 from compiler.diagnostics import DiagnosticError
 from compiler.manifest import write_manifest
 from compiler.pipeline import compile_spec
+from rlc_cli.main import cli
 
 pytest.importorskip("beaker")
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.canonical import canonical_bytes, digest_of
-from compiler.cli import cli as rlc
 from compiler.diagnostics import DiagnosticError
 from compiler.pipeline import compile_spec
 from compiler.trust import (
@@ -26,6 +25,7 @@ from compiler.trust import (
     sign_bytes,
     signature_path,
 )
+from rlc_cli.main import cli as rlc
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "specs" / "examples").glob("*.toml"))

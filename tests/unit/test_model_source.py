@@ -151,7 +151,7 @@ def test_validate_exits_2_without_importing_torch(tmp_path: Path) -> None:
     src = _hf_dir(tmp_path / "ckpt", "olmo_hybrid")
     _, spec = _compile(tmp_path, str(src))
     out = subprocess.run(
-        [sys.executable, "-m", "compiler.cli", "validate", str(spec)],
+        [sys.executable, "-m", "rlc_cli.main", "validate", str(spec)],
         capture_output=True,
         text=True,
         check=False,
@@ -172,7 +172,7 @@ def test_validate_exits_2_without_importing_torch(tmp_path: Path) -> None:
 def test_compile_cache_notices_a_changed_checkpoint(tmp_path: Path, monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from compiler.cli import cli
+    from rlc_cli.main import cli
 
     monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("RLC_NO_CACHE", raising=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from compiler.cli import cli
+from rlc_cli.main import cli
 
 
 def test_bad_spec_is_exit_2_without_traceback(tmp_path: Path) -> None:

@@ -170,8 +170,8 @@ def test_native_options_named_like_tokens_are_not_credentials() -> None:
 
 
 def test_rlc_run_signs_when_a_key_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from compiler.commands.run import compile_for_run
     from compiler.trust import load_trusted, signature_path
+    from rlc_cli.commands.run import compile_for_run
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("RLC_SIGNING_KEY", "k")

@@ -34,7 +34,7 @@ def test_day_durations_reach_beaker_as_hours(tmp_path: Path) -> None:
     )
     out = tmp_path / "build"
     proc = subprocess.run(
-        [sys.executable, "-m", "compiler.cli", "compile", str(spec), "-o", str(out), "--no-cache"],
+        [sys.executable, "-m", "rlc_cli.main", "compile", str(spec), "-o", str(out), "--no-cache"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,7 +54,7 @@ def test_a_beaker_refusal_is_a_positioned_validate_error(tmp_path: Path) -> None
     assert "synchronizedStartTimeout" in diag.message
     assert diag.span is not None and diag.span.source == "override 1"
     for command in (["validate"], ["compile", "-o", str(tmp_path / "b"), "--no-cache"]):
-        argv = [sys.executable, "-m", "compiler.cli", *command, str(MULTINODE), "--set", over[0]]
+        argv = [sys.executable, "-m", "rlc_cli.main", *command, str(MULTINODE), "--set", over[0]]
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 2, (command, proc.stderr)
         assert "error[beaker-spec]" in proc.stderr and "Traceback" not in proc.stderr

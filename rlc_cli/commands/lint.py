@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from compiler.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
+from rlc_cli.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
 
 
 @click.command("lint")

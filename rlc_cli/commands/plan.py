@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from compiler.commands._common import EXIT_USER, guarded
-from compiler.commands._spec_opts import report, run_compile, spec_options
+from rlc_cli.commands._common import EXIT_USER, guarded
+from rlc_cli.commands._spec_opts import report, run_compile, spec_options
 
 
 @click.command("plan")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from compiler.commands._common import EXIT_FINDINGS, guarded
+from rlc_cli.commands._common import EXIT_FINDINGS, guarded
 
 
 @click.command("diff")

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from compiler.commands._common import EXIT_OK, EXIT_USER, format_option, guarded
-from compiler.commands._spec_opts import report, run_compile, spec_options
+from rlc_cli.commands._common import EXIT_OK, EXIT_USER, format_option, guarded
+from rlc_cli.commands._spec_opts import report, run_compile, spec_options
 
 
 @click.command("validate")

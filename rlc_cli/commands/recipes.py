@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from compiler.commands._common import guarded
+from rlc_cli.commands._common import guarded
 
 
 def catalog() -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from compiler.commands._common import EXIT_USER, format_option, guarded
+from rlc_cli.commands._common import EXIT_USER, format_option, guarded
 
 
 @click.command("compile")
@@ -49,7 +49,9 @@ def command(
         from compiler import compile_cache
 
         if compile_cache.enabled():
-            cache_key = compile_cache.key(spec, overrides, f"{out_dir}\0{fmt}")
+            cache_key = compile_cache.key(
+                spec, overrides, f"{out_dir}\0{fmt}", callers=(Path(__file__).resolve().parent,)
+            )
         hit = compile_cache.replay(cache_key) if cache_key else None
         if hit is not None:
             if hit["stderr"]:

@@ -29,6 +29,6 @@ def run_compile(spec: str, overrides: tuple[str, ...]) -> Any:
 
 def report(result: Any, fmt: str) -> None:
     """Print every diagnostic of a compile (text to stderr, json to stdout)."""
-    from compiler.commands._common import emit_diagnostics
+    from rlc_cli.commands._common import emit_diagnostics
 
     emit_diagnostics(result.diagnostics, result.sources, fmt)

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from compiler.commands._common import EXIT_FINDINGS, format_option, guarded
+from rlc_cli.commands._common import EXIT_FINDINGS, format_option, guarded
 
 
 @click.group("toml")

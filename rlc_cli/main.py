@@ -1,4 +1,4 @@
-"""The ``rlc`` command. Subcommands load lazily so start-up stays cheap."""
+"""The ``rlc`` entry point. Subcommands load lazily so start-up stays cheap."""
 
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ from compiler import __version__
 # name -> (module, one-line help). The help is here so `rlc --help` imports nothing else.
 COMMANDS: dict[str, tuple[str, str]] = {
     "compile": (
-        "compiler.commands.compile",
+        "rlc_cli.commands.compile",
         "Compile a spec into a manifest and launch artifacts.",
     ),
-    "validate": ("compiler.commands.validate", "Check a spec; exit 0 when clean, 2 on errors."),
-    "plan": ("compiler.commands.plan", "Show placement, batch geometry, lengths and memory."),
-    "explain": ("compiler.commands.explain", "Explain a field, a rule, or a manifest value."),
-    "lint": ("compiler.commands.lint", "Re-check manifests (digest, schema, rules) for CI."),
-    "diff": ("compiler.commands.diff", "Semantic diff of two manifests or specs."),
-    "docs": ("compiler.commands.docs", "Regenerate or --check the reference docs and schemas."),
-    "recipes": ("compiler.commands.recipes", "List the named recipe catalog."),
-    "run": ("compiler.commands.run", "Carry out a spec or manifest on this machine."),
-    "launch": ("compiler.commands.launch", "Submit a manifest to Beaker and write a receipt."),
-    "export": ("compiler.commands.export", "Write HF weights from a run's checkpoint."),
-    "status": ("compiler.commands.status", "Show launch receipts and job state."),
-    "data": ("compiler.commands.data", "Prepare and inspect data manifests."),
-    "toml": ("compiler.commands.toml", "TOML tools (toml-test decoder interface)."),
+    "validate": ("rlc_cli.commands.validate", "Check a spec; exit 0 when clean, 2 on errors."),
+    "plan": ("rlc_cli.commands.plan", "Show placement, batch geometry, lengths and memory."),
+    "explain": ("rlc_cli.commands.explain", "Explain a field, a rule, or a manifest value."),
+    "lint": ("rlc_cli.commands.lint", "Re-check manifests (digest, schema, rules) for CI."),
+    "diff": ("rlc_cli.commands.diff", "Semantic diff of two manifests or specs."),
+    "docs": ("rlc_cli.commands.docs", "Regenerate or --check the reference docs and schemas."),
+    "recipes": ("rlc_cli.commands.recipes", "List the named recipe catalog."),
+    "run": ("rlc_cli.commands.run", "Carry out a spec or manifest on this machine."),
+    "launch": ("rlc_cli.commands.launch", "Submit a manifest to Beaker and write a receipt."),
+    "export": ("rlc_cli.commands.export", "Write HF weights from a run's checkpoint."),
+    "status": ("rlc_cli.commands.status", "Show launch receipts and job state."),
+    "data": ("rlc_cli.commands.data", "Prepare and inspect data manifests."),
+    "toml": ("rlc_cli.commands.toml", "TOML tools (toml-test decoder interface)."),
 }
 
 

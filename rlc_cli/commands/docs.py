@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from compiler.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
+from rlc_cli.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
 
 
 @click.command("docs")

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from compiler.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
+from rlc_cli.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
 
 
 def manifest_path_for(manifest: dict[str, Any]) -> Path:

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from compiler.commands._common import guarded
 from compiler.diagnostics import Diagnostic, DiagnosticError
+from rlc_cli.commands._common import guarded
 
 
 def _error(message: str, help: str | None = None) -> DiagnosticError:

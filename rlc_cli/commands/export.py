@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from compiler.commands._common import guarded
+from rlc_cli.commands._common import guarded
 
 
 @click.command("export")
