@@ -116,6 +116,22 @@ def test_recipe_layer(tmp_path: Path) -> None:
     assert res.config["output"]["root"] == str(tmp_path / "runs" / "quickstart")
 
 
+def test_quickstart_recipe_is_the_readme_quickstart(tmp_path: Path) -> None:
+    """``recipe = "quickstart"`` runs what the README's quickstart example runs."""
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "r.toml"
+    path.write_text('schema_version = 1\nname = "quickstart"\nrecipe = "quickstart"\n')
+    via_recipe = compile_spec(str(path))
+    example = compile_spec(str(root / "specs" / "examples" / "quickstart.toml"))
+    assert via_recipe.ok and example.ok
+    a, b = dict(via_recipe.resolved.config), dict(example.resolved.config)
+    for c in (a, b):
+        for key in ("recipe", "output", "tracking"):  # paths relative to each file
+            c.pop(key)
+    assert a == b
+    assert a["model"]["source"] == "builtin:tiny-digits"
+
+
 def _p(**kw: object) -> dict[str, object]:
     base = dict(
         trainer_nodes=1,
