@@ -166,8 +166,9 @@ def inspect(source: str, fmt: str | None, hf_template: str | None) -> SourceInfo
     _note(source, *(os.path.join(source, n) for n in names))
     if hf_template:
         _note(hf_template, os.path.join(hf_template, "tokenizer.json"))
-    if not os.path.isdir(source):
-        return SourceInfo()
+    if not os.path.isdir(source):  # a file is readable now and wrong; absent may be remote
+        exists = os.path.exists(source)
+        return SourceInfo(problem="not a directory" if exists else "")
     if os.path.isfile(os.path.join(source, NATIVE_META)):
         meta = _read_json(os.path.join(source, NATIVE_META))
         if isinstance(meta, str):

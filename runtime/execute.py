@@ -458,16 +458,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, from_manifest
+    from runtime.models.loader import ModelLoadError, check_source
     from runtime.placement import PlacementError, node_identity, roles_for
 
     try:
         manifest = load_verified_manifest(args.manifest)
         cfg = replace(from_manifest(manifest), manifest_path=Path(args.manifest).resolve())
         CompilerCache.from_config(cfg.config.get("compiler_cache") or {})  # the job's env agrees
+        model = cfg.config.get("model") or {}
+        check_source(str(model.get("source", "")), hf_template=model.get("hf_template"))
         ident = node_identity()
         roles = roles_for(cfg.placement, ident)
     except (ManifestError, ConfigError, PlacementError) as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except ModelLoadError as exc:  # before any engine starts
+        print(f"rlc: error: model.source: {exc}", file=sys.stderr)
         return EXIT_USER
 
     resume = cfg.checkpoint.resume if args.resume == "manifest" else args.resume

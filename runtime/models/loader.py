@@ -144,6 +144,47 @@ def _init_builtin(
         return model
 
 
+def check_source(source: str, *, hf_template: str | None = None) -> None:
+    """Refuse a model source ``load_model`` could not load, reading configs only (no weights).
+
+    Why: the runtime runs this before any engine starts, so a missing or unloadable
+    checkpoint is one line at start-up rather than an engine's traceback minutes later.
+    """
+    try:
+        fmt = source_format(source)
+    except (OSError, ValueError) as exc:  # json errors are ValueErrors too
+        raise ModelLoadError(str(exc)) from None
+    path = Path(source)
+    try:
+        if fmt == "builtin":
+            tokenizer = builtin_tokenizer(source)
+            builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, 0)
+        elif fmt == "native":
+            root = path if (path / NATIVE_META).is_file() else path / "model"
+            meta = json.loads((root / NATIVE_META).read_text())
+            TransformerConfig.from_dict(meta["model_config"])
+            if not any(root.glob("*.safetensors")):
+                raise ModelLoadError(f"{source}: no *.safetensors weights")
+        elif fmt == "hf":
+            from .hf import UnsupportedHFModel, hf_config_to_olmo_core
+
+            if not any(path.glob("*.safetensors")):
+                raise ModelLoadError(f"{source}: no *.safetensors weights")
+            try:
+                hf_config_to_olmo_core(json.loads((path / "config.json").read_text()))
+            except UnsupportedHFModel as exc:
+                raise ModelLoadError(f"{source}: {exc}") from None
+            except KeyError as exc:
+                raise ModelLoadError(f"{source}: config.json has no {exc}") from None
+            _tokenizer_dir(path, hf_template)
+        else:
+            _tokenizer_dir(path, hf_template)
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{source}: {type(exc).__name__}: {exc}") from None
+
+
 def load_model(
     source: str,
     *,
@@ -195,13 +236,18 @@ def load_model(
     return _load_olmo_core_dist(path, device, dtype, architecture, hf_template)
 
 
-def _tokenizer(path: Path, hf_template: str | None) -> Tokenizer:
-    """The tokenizer beside the weights, else the one in ``hf_template``."""
+def _tokenizer_dir(path: Path, hf_template: str | None) -> Path:
+    """Where the tokenizer is: beside the weights, else in ``hf_template``."""
     for root in (path, Path(hf_template) if hf_template else None):
         if root is not None and (root / "tokenizer.json").is_file():
-            return Tokenizer.from_dir(root)
+            return root
     where = f"{path} or the hf_template {hf_template}" if hf_template else str(path)
     raise ModelLoadError(f"no tokenizer.json in {where} (the tokenizer travels with the model)")
+
+
+def _tokenizer(path: Path, hf_template: str | None) -> Tokenizer:
+    """The tokenizer beside the weights, else the one in ``hf_template``."""
+    return Tokenizer.from_dir(_tokenizer_dir(path, hf_template))
 
 
 def _load_olmo_core_dist(

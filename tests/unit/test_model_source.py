@@ -222,3 +222,46 @@ def test_size_is_counted_from_the_config_and_small_moe_may_colocate(tmp_path: Pa
     huge = _hf_dir(tmp_path / "huge", "olmoe", **{**OLMOE_CFG, "num_hidden_layers": 900})
     r = compile_spec(str(spec), [f'model.source="{huge}"', f'output.root="{tmp_path / "run"}"'])
     assert "colocated-full-model" in _codes(r)
+
+
+def test_a_file_is_not_a_model_source(tmp_path: Path) -> None:
+    src = tmp_path / "weights.safetensors"
+    src.write_bytes(b"")
+    r, _ = _compile(tmp_path, str(src))
+    assert _codes(r) == ["model-source-unloadable"] and "not a directory" in r.errors[0].message
+
+
+@pytest.mark.parametrize("case", ["missing", "no-weights"])
+def test_runtime_refuses_an_unloadable_source_before_engines_start(
+    tmp_path: Path, case: str
+) -> None:
+    """Not readable at compile time (here: created or removed after compile): the node's
+    runtime refuses it with one line and exit 2, before any engine process starts."""
+    src = _hf_dir(tmp_path / "ckpt", "olmo2")
+    r, _ = _compile(tmp_path, str(src))
+    assert r.ok, _codes(r)
+    from compiler.manifest import manifest_bytes
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_bytes(manifest_bytes(r.manifest()))
+    if case == "missing":
+        for f in src.iterdir():
+            f.unlink()
+        src.rmdir()
+    else:
+        (src / "model.safetensors").unlink()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.execute", str(manifest), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rlc: error: model.source:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    want = {"missing": "neither builtin", "no-weights": "safetensors"}[case]
+    assert want in lines[0]
+    assert not (tmp_path / "run" / "logs").exists()  # no engine (or any role) was started

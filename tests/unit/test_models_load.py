@@ -145,3 +145,25 @@ def test_olmo_core_trainer_checkpoint_source(tmp_path) -> None:
     lm = load_model(str(tmp_path))
     assert lm.family == "dense"
     assert state_checksum(lm.model.state_dict()) == state_checksum(src.model.state_dict())
+
+
+def test_check_source_reads_configs_only(tmp_path) -> None:
+    """The start-up check refuses what load_model would refuse, without loading weights."""
+    import json
+
+    from runtime.models.loader import ModelLoadError, check_source
+
+    check_source("builtin:tiny")
+    with pytest.raises(ModelLoadError, match="neither builtin"):
+        check_source(str(tmp_path / "absent"))
+    with pytest.raises(ModelLoadError, match="builtin"):
+        check_source("builtin:no-such-model")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (hf / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="llama"):
+        check_source(str(hf))
+    (hf / "config.json").write_text(json.dumps({"model_type": "olmo2"}))
+    with pytest.raises(ModelLoadError, match="config.json has no"):
+        check_source(str(hf))
