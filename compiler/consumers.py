@@ -5,6 +5,7 @@ something. Each spec field path (``section.key``; ``[]`` for array-of-table entr
 for map entries) maps to one or more uses:
 
 * ``runtime:MODULE:QUALNAME`` - runtime code that reads the value;
+* ``cli:MODULE:QUALNAME`` - the command line (``rlc launch``) reads it when it submits;
 * ``argv:MODULE:QUALNAME`` / ``beaker:MODULE:QUALNAME`` - compiler code that writes it into
   the engine command lines or the Beaker specs the runtime/Beaker then carry out;
 * ``template:PATH`` - a template file that writes it into an emitted artifact;
@@ -73,7 +74,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "output.export_hf": (_DRIVER,),
     "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
     # [launch]: the Beaker experiment
-    "launch.workspace": ("runtime:runtime.launch.beaker:_submit",),
+    "launch.workspace": ("cli:rlc_cli.launch.beaker:_submit",),
     "launch.budget": (_BEAKER,),
     "launch.cluster": (_BEAKER,),
     "launch.priority": (_BEAKER,),

@@ -59,6 +59,7 @@ def _consumer_lines(path: str) -> list[str]:
     uses = CONSUMERS.get(key, ())
     words = {
         "runtime": "read by",
+        "cli": "read by the command line in",
         "argv": "engine command line from",
         "beaker": "Beaker spec from",
         "template": "Beaker spec template",

@@ -12,6 +12,10 @@ to change what runs is to change the user-written config, which the schema and r
 Optional provenance beyond that: a keyed HMAC signature (`rlc compile --sign`) verified
 when ``RLC_SIGNING_KEY`` is set; and ``RLC_MANIFEST_SHA256`` (set by the Beaker spec)
 pins the digest the job was submitted with. docs/ci.md says what each check proves.
+
+It is also the one place the runtime asks the compiler for something derived from a
+verified manifest that is not stored in it: the background evaluator's Beaker job
+(`evaluator_job`), which embeds the manifest itself and so cannot be a field of it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, render_all
 
-__all__ = ["DiagnosticError", "check_manifest", "load_trusted", "render_all", "sign_bytes"]
+__all__ = [
+    "DiagnosticError",
+    "check_manifest",
+    "evaluator_job",
+    "load_trusted",
+    "render_all",
+    "sign_bytes",
+]
 
 SIGNING_KEY_ENV = "RLC_SIGNING_KEY"
 DIGEST_ENV = "RLC_MANIFEST_SHA256"
@@ -272,6 +283,28 @@ def derivation_findings(manifest: dict[str, Any], where: str) -> list[Diagnostic
                 )
             )
     return out
+
+
+# -- the background evaluator's job -------------------------------------------------------
+def evaluator_job(manifest: dict[str, Any], update: int, checkpoint: str) -> str | None:
+    """The Beaker job that evaluates one milestone snapshot (YAML), or None when the manifest
+    has no background evaluator. The compiled template (``beaker/evaluator.yaml`` of
+    `rlc compile`, rendered by the same emitter from the verified manifest) with the update
+    and the snapshot path filled in."""
+    from compiler.canonical import canonical_bytes
+    from compiler.emit.beaker import (
+        EVAL_CHECKPOINT_PLACEHOLDER,
+        EVAL_UPDATE_PLACEHOLDER,
+        render_beaker,
+    )
+
+    text = canonical_bytes(manifest).decode("utf-8")
+    template = render_beaker(manifest, text).files.get("evaluator.yaml")
+    if template is None:
+        return None
+    return template.replace(EVAL_UPDATE_PLACEHOLDER, str(int(update))).replace(
+        EVAL_CHECKPOINT_PLACEHOLDER, checkpoint
+    )
 
 
 # -- the loader ---------------------------------------------------------------------------

@@ -34,6 +34,10 @@ DEFAULT_ENV: dict[str, str] = {
     "HF_HOME": "/tmp/hf-cache",
     "PYTHONUNBUFFERED": "1",
 }
+# What the background evaluator job template leaves for the runtime to fill per milestone
+# (`compiler.trust.evaluator_job`).
+EVAL_UPDATE_PLACEHOLDER = "__RLC_EVAL_UPDATE__"
+EVAL_CHECKPOINT_PLACEHOLDER = "__RLC_EVAL_CHECKPOINT__"
 # Node-local directory of the private Triton / Inductor caches (runtime.compiler_cache).
 COMPILER_CACHE_DIR = "/tmp/rlc-compiler-cache"
 
@@ -245,7 +249,8 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
                 "image": evaluation.get("image") or common["image"],
                 "timeout": _eval_timeout(evaluation, common["timeout"]),
             },
-            description=f"rlc {manifest['name']} background evaluation update __RLC_EVAL_UPDATE__",
+            description=f"rlc {manifest['name']} background evaluation update "
+            + EVAL_UPDATE_PLACEHOLDER,
             script=_script(
                 manifest_text,
                 [
@@ -254,9 +259,9 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
                     "runtime.evaluate",
                     MANIFEST_PATH,
                     "--update",
-                    "__RLC_EVAL_UPDATE__",
+                    EVAL_UPDATE_PLACEHOLDER,
                     "--checkpoint",
-                    "__RLC_EVAL_CHECKPOINT__",
+                    EVAL_CHECKPOINT_PLACEHOLDER,
                 ],
                 "evaluation.log",
             ),

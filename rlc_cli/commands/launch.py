@@ -25,9 +25,9 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
 
     from compiler.diagnostics import DiagnosticError
     from compiler.lint import lint_manifest
-    from runtime.launch.beaker import launch_all
-    from runtime.launch.receipts import receipts_dir as default_dir
-    from runtime.launch.receipts import write_receipt
+    from rlc_cli.launch.beaker import launch_all
+    from rlc_cli.launch.receipts import receipts_dir as default_dir
+    from rlc_cli.launch.receipts import write_receipt
 
     report = lint_manifest(manifest)
     if not report.ok:

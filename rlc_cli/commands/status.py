@@ -21,9 +21,9 @@ def command(name: str | None, receipts_dir: Path | None, no_remote: bool) -> Non
     from rich.console import Console
     from rich.table import Table
 
-    from runtime.launch.beaker import job_state
-    from runtime.launch.receipts import read_receipts
-    from runtime.launch.receipts import receipts_dir as default_dir
+    from rlc_cli.launch.beaker import job_state
+    from rlc_cli.launch.receipts import read_receipts
+    from rlc_cli.launch.receipts import receipts_dir as default_dir
 
     directory = receipts_dir or default_dir()
     receipts = read_receipts(directory, name)

@@ -1,4 +1,4 @@
-"""Launching compiled manifests on Beaker, and the receipts every launch leaves behind.
+"""Jobs the runtime starts itself: local node processes and background evaluator jobs.
 
-No torch here: `rlc launch` and `rlc status` run on a laptop.
+Submitting a compiled manifest (`rlc launch`) is the command line's job (`rlc_cli.launch`).
 """

@@ -31,9 +31,6 @@ from typing import Any
 from runtime.config import RunConfig
 from runtime.rollout.evaluators import milestone_due
 
-UPDATE_PLACEHOLDER = "__RLC_EVAL_UPDATE__"
-CHECKPOINT_PLACEHOLDER = "__RLC_EVAL_CHECKPOINT__"
-
 
 class EvaluatorSubmitError(RuntimeError):
     """An evaluator job could not be prepared or submitted."""
@@ -51,18 +48,14 @@ def evaluator_spec(manifest: dict[str, Any], update: int, checkpoint: Path) -> d
     """The compiled evaluator job for one milestone, as Beaker spec data."""
     import yaml
 
-    from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.trust import evaluator_job
 
     ck = str(checkpoint)
     if any(c in ck for c in "\"'\\$`\n"):
         raise EvaluatorSubmitError(f"snapshot path {ck!r} has characters a job script cannot hold")
-    text = manifest_bytes(manifest).decode("utf-8")
-    files = render_beaker(manifest, text).files
-    if "evaluator.yaml" not in files:
+    spec = evaluator_job(manifest, update, ck)
+    if spec is None:
         raise EvaluatorSubmitError("the manifest has no evaluator job (evaluation.mode)")
-    spec = files["evaluator.yaml"].replace(UPDATE_PLACEHOLDER, str(int(update)))
-    spec = spec.replace(CHECKPOINT_PLACEHOLDER, ck)
     data: dict[str, Any] = yaml.safe_load(spec)
     return data
 
@@ -75,7 +68,7 @@ class BeakerSubmitter:
         self.timeout_s = timeout_s
 
     def submit(self, update: int, checkpoint: Path) -> dict[str, Any]:
-        from runtime.launch.beaker import _beaker_client
+        from runtime.launch.beaker_client import beaker_client
 
         data = evaluator_spec(self.manifest, update, checkpoint)
         launch_id = uuid.uuid4().hex
@@ -89,7 +82,7 @@ class BeakerSubmitter:
             try:
                 from beaker import BeakerExperimentSpec
 
-                client = _beaker_client()
+                client = beaker_client()
                 workload = client.experiment.create(
                     spec=BeakerExperimentSpec.from_json(data),
                     name=f"{self.manifest['name']}-eval-{update:06d}-{launch_id[:6]}",

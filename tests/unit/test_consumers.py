@@ -19,7 +19,7 @@ from compiler.consumers import CONSUMERS
 from compiler.spec import Spec
 
 RULES = Path(__file__).resolve().parents[2] / "schemas" / "rules"
-KINDS = ("runtime", "argv", "beaker", "template", "compile", "rule", "owner")
+KINDS = ("runtime", "cli", "argv", "beaker", "template", "compile", "rule", "owner")
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:

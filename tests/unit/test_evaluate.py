@@ -167,3 +167,28 @@ def test_evaluator_spec_fills_the_milestone(tmp_path: Any) -> None:
     assert "__RLC_EVAL" not in json.dumps(spec)
     with pytest.raises(EvaluatorSubmitError, match="characters"):
         evaluator_spec(manifest, 1, tmp_path / 'we"ird')
+
+
+def test_evaluator_spec_is_the_compiled_artifact_filled_in(tmp_path: Any) -> None:
+    """The runtime submits `rlc compile`'s beaker/evaluator.yaml with only the milestone's
+    update and snapshot path filled in (derived through the manifest contract)."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    import eval_helpers as eh
+
+    from compiler.emit import emit_artifacts
+    from compiler.pipeline import compile_spec
+    from runtime.launch.evaluator import evaluator_spec
+
+    spec = eh.write_spec(tmp_path, sections=eh.BACKGROUND)
+    shared = 'output.root="/weka/oe-training-default/rlc/runs/eval"'
+    manifest = compile_spec(str(spec), [shared]).manifest()
+    emit_artifacts(manifest, tmp_path / "out")
+    template = (tmp_path / "out" / "beaker" / "evaluator.yaml").read_text()
+    snap = "/weka/oe-training-default/rlc/runs/eval/eval-snapshots/update-000012"
+    filled = template.replace("__RLC_EVAL_UPDATE__", "12").replace("__RLC_EVAL_CHECKPOINT__", snap)
+    assert evaluator_spec(manifest, 12, Path(snap)) == yaml.safe_load(filled)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class StandIn:
-    """beaker-py's surface used by runtime.launch.beaker, with scripted job states."""
+    """beaker-py's surface used by rlc_cli.launch.beaker, with scripted job states."""
 
     def __init__(self, prepare_states: list[str]) -> None:
         self.created: list[str] = []
@@ -56,7 +56,7 @@ def manifest_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _launch(manifest_path: Path, client: StandIn, receipts: list[Any]) -> list[Any]:
     from compiler.manifest import load_manifest
-    from runtime.launch.beaker import launch_all
+    from rlc_cli.launch.beaker import launch_all
 
     return launch_all(
         load_manifest(manifest_path),

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from compiler.diagnostics import Diagnostic, DiagnosticError
-from runtime.launch.receipts import Receipt
+from rlc_cli.launch.receipts import Receipt
+from runtime.launch.beaker_client import beaker_client
 
 
 def _git_revision(cwd: Path) -> str | None:
@@ -58,31 +59,6 @@ def with_launch_id(spec_yaml: str, launch_id: str) -> dict[str, Any]:
     for task in data.get("tasks", []):
         task.setdefault("envVars", []).append({"name": "RLC_LAUNCH_ID", "value": launch_id})
     return data
-
-
-def _beaker_client() -> Any:
-    try:
-        from beaker import Beaker
-    except ImportError as exc:
-        raise DiagnosticError(
-            Diagnostic(
-                "error",
-                "launch-no-beaker",
-                "beaker-py is not installed, so rlc cannot submit to Beaker",
-                help=("pip install 'beaker-py>=2.6,<3' (or use `rlc launch --dry-run`)",),
-            )
-        ) from exc
-    try:
-        return Beaker.from_env()
-    except Exception as exc:  # noqa: BLE001 - beaker-py raises several config errors
-        raise DiagnosticError(
-            Diagnostic(
-                "error",
-                "launch-no-credentials",
-                f"cannot configure a Beaker client: {exc}",
-                help=("set BEAKER_TOKEN or run `beaker config set user_token ...`",),
-            )
-        ) from exc
 
 
 # preparation is CPU work (data manifest, checkpoint conversion); how long to wait for it
@@ -236,7 +212,7 @@ def launch_all(
         if dry_run:
             record(receipt)
             continue
-        client = client or _beaker_client()
+        client = client or beaker_client()
         workload = _submit(client, data, receipt, f"{name}-{launch_id[:8]}")
         record(receipt)
         echo(f"submitted {name}: {receipt.url or receipt.experiment_id}")
@@ -251,7 +227,7 @@ def job_state(receipt: Receipt) -> str:
     if receipt.dry_run or not receipt.experiment_id:
         return receipt.state
     try:
-        client = _beaker_client()
+        client = beaker_client()
         workload = client.workload.get(receipt.experiment_id)
         job = client.workload.get_latest_job(workload)
     except DiagnosticError as exc:
