@@ -104,6 +104,9 @@ ENGINE_ENDPOINTS: dict[str, str | None] = {
     "/update_weights_from_distributed": None,
     "/destroy_weights_update_group": None,
     "/get_weights_by_name": None,
+    # refresh publication: retract in-flight requests, load, recompute their KV, continue
+    "/pause_generation": None,
+    "/continue_generation": None,
     # rlc's device checksum (embedded engine); the audit reads weights by name on SGLang
     "/get_weight_checksum": "/get_weights_by_name",
 }

@@ -61,6 +61,27 @@ def parse_response(resp: Mapping[str, Any]) -> tuple[list[int], list[float], str
     )
 
 
+def token_versions(resp: Mapping[str, Any], count: int, fallback: int) -> list[int]:
+    """The weight version each of ``count`` output tokens was sampled under, from SGLang's
+    ``meta_info.weight_versions`` spans (``{"version", "start", "end"}``).
+
+    Tokens no span covers, and versions that are not the integers rlc publishes (an engine
+    started with another label), get ``fallback``: the policy version when the group was
+    requested.
+    """
+    out = [fallback] * count
+    spans = (resp.get("meta_info") or {}).get("weight_versions") or []
+    for span in spans:
+        try:
+            version = int(str(span["version"]))
+            start, end = int(span["start"]), int(span["end"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        for i in range(max(0, start), min(end, count)):
+            out[i] = version
+    return out
+
+
 def _item(sample: Sample, target: Any, metadata: Mapping[str, Any]) -> ScoreItem:
     """What a verifier scores: the text, plus how generation ended (stop token or length)."""
     return ScoreItem(sample.text, target, {**metadata, "finish_reason": sample.finish_reason})
@@ -77,6 +98,7 @@ class CollectSettings:
     failure_policy: str = "zero"
     concurrency: int = 8
     shaping: Shaping = field(default_factory=Shaping)
+    token_versions: bool = False  # refresh publication: age samples by their oldest token
 
 
 @dataclass
@@ -116,19 +138,23 @@ class Collector:
         g = Group(prompt=prompt, policy_version=version)
         for i, resp in enumerate(responses):
             out_ids, lps, text, finish, experts = parse_response(resp)
-            g.samples.append(
-                Sample(
-                    prompt_id=prompt.id,
-                    index=i,
-                    prompt_ids=list(ids),
-                    response_ids=out_ids,
-                    logprobs=lps,
-                    text=text,
-                    finish_reason=finish,
-                    policy_version=version,
-                    routed_experts=experts,
-                )
+            sample = Sample(
+                prompt_id=prompt.id,
+                index=i,
+                prompt_ids=list(ids),
+                response_ids=out_ids,
+                logprobs=lps,
+                text=text,
+                finish_reason=finish,
+                policy_version=version,
+                routed_experts=experts,
             )
+            if self.s.token_versions:
+                sample.token_versions = token_versions(resp, len(out_ids), version)
+                sample.policy_version = min(sample.token_versions, default=version)
+            g.samples.append(sample)
+        if self.s.token_versions and g.samples:
+            g.policy_version = min(s.policy_version for s in g.samples)
         return g
 
     def generate_groups(self, prompts: Sequence[Any], version: int, salt: str = "") -> list[Group]:

@@ -498,6 +498,11 @@ def train(runner: Node) -> dict[str, Any]:
     if isinstance(publisher, TensorPublisher) or transport == "distributed":
         # share the trainer's own (device) tensors; NCCL broadcasts from the GPU
         trainer.publication_device = next(trainer.inner.model.parameters()).device
+    refresh = cfg.async_.enabled and cfg.async_.publication_mode == "refresh"
+    if refresh:
+        from runtime.publication.refresh import RefreshPublisher
+
+        publisher = RefreshPublisher(publisher, cfg.runtime.publication.timeout_s)
     runner.publisher = publisher
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
@@ -512,7 +517,8 @@ def train(runner: Node) -> dict[str, Any]:
         t_audit = time.monotonic()
         # engines serve the model dtype (bf16 on GPUs) while the trainer keeps fp32 master
         # weights: compare what the engines should hold
-        if isinstance(publisher, TensorPublisher):  # device checksums, no copy to the CPU
+        if isinstance(getattr(publisher, "inner", publisher), TensorPublisher):
+            # device checksums, no copy to the CPU
             publisher.audit(trainer.state_dict_for_publication())
         elif transport == "distributed":
             publisher.audit(trainer.state_dict_for_publication(dtype=_serving_dtype(cfg)))
@@ -560,6 +566,7 @@ def train(runner: Node) -> dict[str, Any]:
             failure_policy=cfg.failure_policy,
             concurrency=rollout_concurrency(cfg),
             shaping=Shaping.from_config(cfg.config.get("rewards") or {}),
+            token_versions=refresh,
         ),
     )
     metrics = MetricsWriter(cfg.paths.metrics)

@@ -299,6 +299,9 @@ class GRPOLoop:
             "verifier/failures": sum(cstats.failures.counts.values()),
             "elapsed_s": time.monotonic() - self.t_start,
         }
+        versioned = [s.token_versions for s in samples if s.token_versions is not None]
+        if versioned:  # refresh publication: responses that span policy versions
+            rec["async/mixed_version_samples"] = sum(len(set(v)) > 1 for v in versioned)
         rec.update(reward_summary(groups))
         self._dump_rollouts(c, groups)
         rec.update({f"time/{k}": v for k, v in times.items()})

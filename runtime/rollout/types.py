@@ -11,7 +11,9 @@ class Sample:
     """One generated response for one prompt, with what the trainer needs from rollout.
 
     ``logprobs`` are the ENGINE's per-token log-probabilities of ``response_ids`` (the
-    behaviour policy); ``policy_version`` is the weight version that produced them.
+    behaviour policy); ``policy_version`` is the weight version that produced them (with
+    refresh publication: the oldest of ``token_versions``, the version each token was
+    sampled under).
     """
 
     prompt_id: str
@@ -29,6 +31,7 @@ class Sample:
     old_logprobs: list[float] | None = None  # trainer's, pinned when steps_per_collection > 1
     routed_experts: Any = None
     trained: bool = True  # False: no gradient (rewards.exclude_truncated)
+    token_versions: list[int] | None = None  # refresh publication: per response token
 
     @property
     def num_tokens(self) -> int:

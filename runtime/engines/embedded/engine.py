@@ -12,6 +12,13 @@ Weight updates (``update_weights``): new requests are held in the queue, running
 finish on the old weights (or are aborted with ``abort_all_requests``), then the weights
 are loaded in place and the queue resumes. This matches SGLang's writer-lock behaviour;
 ``num_paused_requests`` reports how many requests were held.
+
+``pause_generation`` / ``continue_generation`` follow SGLang's modes: ``retract`` moves the
+running requests back to the head of the queue (their sampled tokens and logprobs kept, their
+KV dropped), so a weight update applies at once and, on continue, each is prefilled again
+over prompt + tokens so far under the new weights and decodes on (refresh publication);
+``in_place`` only stops decoding; ``abort`` aborts everything. Every sampled token records
+the weight version it was sampled under (``meta_info.weight_versions`` spans, as SGLang).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class GenRequest:
     seed: int = 0
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    output_versions: list[str] = field(default_factory=list)  # weight version per token
     input_logprobs: list[float | None] = field(default_factory=list)
     routed: list[torch.Tensor] = field(default_factory=list)
     finish: dict[str, Any] | None = None
@@ -67,6 +75,12 @@ class GenRequest:
     @property
     def cached_len(self) -> int:
         return len(self.prompt_ids) + max(0, len(self.output_ids) - 1)
+
+    @property
+    def prefill_ids(self) -> list[int]:
+        """What a (re)admission prefills: the prompt, plus the tokens sampled before a
+        retraction (their KV is recomputed under the weights loaded meanwhile)."""
+        return self.prompt_ids + self.output_ids if self.output_ids else self.prompt_ids
 
 
 @dataclass(eq=False)
@@ -110,6 +124,17 @@ class _WeightUpdate:
     paused: int = 0
     tensors: list[tuple[str, torch.Tensor]] | None = None  # set: a tensor update, not disk
     final: bool = True  # False: more chunks of this version follow; admission stays held
+
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+
+@dataclass
+class _Pause:
+    """A pause (``mode``) or continue (``mode`` None) the scheduler applies between steps."""
+
+    mode: str | None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 # A chunked tensor publication holds admission between chunks (so no request runs on
@@ -222,6 +247,8 @@ class Engine:
         self._running: list[GenRequest] = []
         self._aborts: list[tuple[str | None, bool]] = []
         self._updates: list[_WeightUpdate] = []
+        self._pauses: list[_Pause] = []
+        self.pause_mode: str | None = None  # set while paused (SGLang's pause modes)
         self._tensor_hold_until: float | None = None
         self._stop = False
         self._counter = itertools.count()
@@ -234,6 +261,7 @@ class Engine:
             "num_generated_tokens": 0,
             "num_decode_steps": 0,
             "num_weight_updates": 0,
+            "num_retracted": 0,
         }
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -343,6 +371,25 @@ class Engine:
             return {"success": False, "message": "timed out waiting for running requests"}
         return upd.result
 
+    def pause_generation(self, mode: str, timeout: float = 600.0) -> bool:
+        """Pause as SGLang does (``abort``, ``retract``, ``in_place``); True once applied.
+
+        While paused nothing is admitted or decoded and weight updates apply at once.
+        """
+        if mode not in PAUSE_MODES:
+            raise BadRequest(f"mode must be one of {PAUSE_MODES}, got {mode!r}")
+        return self._control(_Pause(mode), timeout)
+
+    def continue_generation(self, timeout: float = 600.0) -> bool:
+        """Resume admission and decoding (retracted requests are prefilled again first)."""
+        return self._control(_Pause(None), timeout)
+
+    def _control(self, op: _Pause, timeout: float) -> bool:
+        with self._lock:
+            self._pauses.append(op)
+            self._lock.notify_all()
+        return op.done.wait(timeout)
+
     def load(self) -> dict[str, int]:
         with self._lock:
             return {"num_running_reqs": len(self._running), "num_waiting_reqs": len(self._waiting)}
@@ -362,23 +409,19 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self._lock:
-                while (
-                    not self._stop
-                    and not self._running
-                    and not self._aborts
-                    and not self._updates
-                    and not self._waiting
-                ):
+                while self._idle():
                     self._lock.wait(timeout=1.0)
                 if self._stop:
                     break
                 aborts, self._aborts = self._aborts, []
+                pauses, self._pauses = self._pauses, []
             try:
                 self._apply_aborts(aborts)
+                self._apply_pauses(pauses)
                 paused = self._maybe_update()
-                if not paused:
+                if not paused and self.pause_mode is None:
                     self._admit()
-                if self._running:
+                if self._running and self.pause_mode is None:
                     self._decode_step()
                 elif paused:
                     with self._lock:
@@ -391,6 +434,34 @@ class Engine:
                 self._batch = None
         for req in list(self._running) + list(self._waiting):
             self._finish(req, _abort_reason("engine shutting down", 503))
+
+    def _idle(self) -> bool:
+        """Nothing to do until notified (caller holds the lock)."""
+        if self._stop or self._aborts or self._updates or self._pauses:
+            return False
+        if self.pause_mode is not None:
+            return True
+        return not self._running and not self._waiting
+
+    def _apply_pauses(self, pauses: list[_Pause]) -> None:
+        for op in pauses:
+            if op.mode == "abort":
+                self._apply_aborts([(None, True)])
+            elif op.mode == "retract" and self._running:
+                self._retract()
+            self.pause_mode = op.mode
+            op.done.set()
+
+    def _retract(self) -> None:
+        """Running requests go back to the queue's head, in order, keeping their tokens."""
+        back = sorted(self._running, key=lambda r: r.slot)
+        for r in back:
+            r.slot = -1
+        self.stats["num_retracted"] += len(back)
+        self._running = []
+        self._batch = None
+        with self._lock:
+            self._waiting.extendleft(reversed(back))
 
     def _apply_aborts(self, aborts: list[tuple[str | None, bool]]) -> None:
         for rid, abort_all in aborts:
@@ -414,8 +485,8 @@ class Engine:
             upd = self._updates[0]
         if upd.abort_all and self._running:
             self._retire(list(self._running), "Abort request: weights update")
-        if self._running:
-            return True
+        if self._running and self.pause_mode is None:
+            return True  # barrier: running requests finish on the weights they started on
         if upd.tensors is not None:
             self._apply_tensors(upd)
             return self._tensor_hold()
@@ -527,8 +598,8 @@ class Engine:
         if admitted:
             t0 = time.perf_counter()
             # similar lengths share a chunk: less padding (slot order does not matter)
-            admitted.sort(key=lambda r: len(r.prompt_ids))
-            chunks = prefill_chunks([len(r.prompt_ids) for r in admitted], self.prefill_tokens)
+            admitted.sort(key=lambda r: len(r.prefill_ids))
+            chunks = prefill_chunks([len(r.prefill_ids) for r in admitted], self.prefill_tokens)
             for k, chunk in enumerate(chunks):
                 try:
                     self._prefill([admitted[i] for i in chunk])
@@ -546,11 +617,12 @@ class Engine:
         """One ragged forward for ``reqs``, their first tokens, one host transfer."""
         base = len(self._running)
         for i, req in enumerate(reqs):
-            self.stats["num_prompt_tokens"] += len(req.prompt_ids)
+            if not req.output_ids:
+                self.stats["num_prompt_tokens"] += len(req.prompt_ids)
             req.slot = base + i
-        want = [r.return_logprob and r.logprob_start_len >= 0 for r in reqs]
+        want = [r.return_logprob and r.logprob_start_len >= 0 and not r.output_ids for r in reqs]
         last, full, experts = self.im.prefill_batch(
-            [r.prompt_ids for r in reqs], [r.slot for r in reqs], want_all=want
+            [r.prefill_ids for r in reqs], [r.slot for r in reqs], want_all=want
         )
         for b, req in enumerate(reqs):
             logits = full[b]
@@ -562,13 +634,17 @@ class Engine:
                 vals: list[float | None] = [None, *picked]
                 req.input_logprobs = vals[req.logprob_start_len :]
             if experts is not None and req.return_routed_experts:
-                req.routed.append(experts[b].to(torch.int32).cpu())
+                known = sum(int(t.shape[0]) for t in req.routed)  # kept over a retraction
+                req.routed.append(experts[b][known:].to(torch.int32).cpu())
         self._running.extend(reqs)
         self._batch = None
         sampling = SamplingBatch.build(
             [r.params for r in reqs], [r.seed for r in reqs], last.device
         )
-        counters = torch.zeros(len(reqs), dtype=torch.long, device=last.device)
+        # a retracted request continues its seeded stream at its next token index
+        counters = torch.tensor(
+            [len(r.output_ids) for r in reqs], dtype=torch.long, device=last.device
+        )
         toks, lps = sample_batch(last, sampling, counters)
         self._accept_all(reqs, toks, lps)
 
@@ -629,6 +705,7 @@ class Engine:
             out = req.output_ids
             out.append(t)
             req.output_logprobs.append(lp)
+            req.output_versions.append(self.weight_version)
             p = req.params
             if (t == eos and not p.ignore_eos) or p.stop_token_ids or p.stop:
                 self._check_stop(req, t)
@@ -703,6 +780,7 @@ class Engine:
             "completion_tokens": len(ids),
             "cached_tokens": 0,
             "weight_version": self.weight_version,
+            "weight_versions": version_spans(req.output_versions, self.weight_version),
             "e2e_latency": time.monotonic() - req.created,
         }
         if req.return_logprob:
@@ -718,6 +796,18 @@ class Engine:
         if req.return_routed_experts:
             meta["routed_experts"] = _encode_experts(req.routed)
         return {"text": text, "output_ids": list(ids), "meta_info": meta}
+
+
+def version_spans(versions: list[str], current: str) -> list[dict[str, Any]]:
+    """Per-token versions as SGLang's ``meta_info.weight_versions``: runs of one version,
+    ``{"version", "start", "end"}`` over output token indices (one empty span if none)."""
+    spans: list[dict[str, Any]] = []
+    for i, v in enumerate(versions):
+        if spans and spans[-1]["version"] == v:
+            spans[-1]["end"] = i + 1
+        else:
+            spans.append({"version": v, "start": i, "end": i + 1})
+    return spans or [{"version": current, "start": 0, "end": 0}]
 
 
 def _encode_experts(chunks: list[torch.Tensor]) -> str:

@@ -9,7 +9,9 @@ SGLang's body (``serialized_named_tensors``: one base64 entry per tensor-paralle
 exactly one; ``load_format`` None or ``direct``; ``flush_cache``; ``abort_all_requests``;
 ``weight_version``); the tensors are CUDA IPC or shared-memory handles
 (``runtime.publication.ipc``). ``flush_cache=false`` marks a chunk that more chunks of the
-same version follow: admission stays paused until the last one.
+same version follow: admission stays paused until the last one. ``/pause_generation``
+(``mode``: ``abort`` | ``retract`` | ``in_place``) and ``/continue_generation`` follow
+SGLang's bodies and answers; while paused a weight update applies at once.
 """
 
 from __future__ import annotations
@@ -325,6 +327,30 @@ async def abort_request(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+async def pause_generation(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError:
+        return _error("request body must be JSON")
+    if not isinstance(body, dict):
+        return _error("request body must be a JSON object")
+    try:
+        applied = await asyncio.to_thread(engine.pause_generation, str(body.get("mode", "abort")))
+    except BadRequest as exc:
+        return _error(str(exc))
+    if not applied:
+        return _error("the scheduler did not pause in time", 503)
+    return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+
+async def continue_generation(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    if not await asyncio.to_thread(engine.continue_generation):
+        return _error("the scheduler did not continue in time", 503)
+    return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+
 class _Http2ProbeFilter(logging.Filter):
     """sglang-router probes each worker with an HTTP/2 (gRPC) preface before it settles on
     HTTP/1.1; aiohttp logs each probe as an error with a traceback. Keep one quiet line."""
@@ -381,6 +407,8 @@ def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     r.add_get("/get_weight_version", get_weight_version)
     r.add_get("/get_weight_checksum", get_weight_checksum)
     r.add_post("/abort_request", abort_request)
+    r.add_post("/pause_generation", pause_generation)
+    r.add_post("/continue_generation", continue_generation)
     add_routes(app, engine)
 
     async def on_cleanup(app: web.Application) -> None:
