@@ -216,8 +216,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "async.unused_sample_handler": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
     "async.submission_granularity": ("runtime:runtime.rollout.driver:submission_granularity",),
     "async.publication_mode": (
+        _DRIVER,  # "refresh": RefreshPublisher around the transport, per-token versions
         "runtime:runtime.config:_check_honoured",
-        "rule:publication-mode-unsupported",
+        "rule:publication-mode-unsupported",  # "engine_drain"
     ),
     # [checkpoint]
     "checkpoint.interval": ("runtime:runtime.rollout.driver:_manager",),

@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "8db4062510b0b466872dd8f317316b8ab45682dbf9170db48362d1c7f6b5a9bb"
+SOURCES = "f4d36aac8f15f11e1434a495be4f3da9e7182bead994daa8c88cacbd05f4e29c"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:9a769c7e24b585d3da2c78666f1f2c5f6e5a3066eb5343f2690284b80a3d5a7c"
+SCHEMA_DIGEST = "sha256:bc68100004ac5e9ec859e368d0a2e198bea374fb9a04c19f481c81ca3f9a48e2"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

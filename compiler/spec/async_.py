@@ -50,5 +50,11 @@ class AsyncSection(Section):
         aliases=("async.rollout_submission_granularity",),
     )
     publication_mode: Literal["barrier", "refresh", "engine_drain"] = fld(
-        "barrier", description="how new weights reach the engines"
+        "barrier",
+        description="how new weights reach the engines: barrier (in-flight generations "
+        "finish on the old weights, then the fleet loads); refresh (engines retract "
+        "in-flight generations, load, recompute their KV under the new weights and decode "
+        "on; each token keeps the version and logprob it was sampled with, a group ages by "
+        "its oldest token, TIS corrects); engine_drain (experimental, not implemented by "
+        "the runtime yet)",
     )

@@ -637,8 +637,8 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "publication-mode-unsupported",
-        ASYNC + 'publication_mode = "refresh"  # <-\n',
-        ASYNC + 'publication_mode = "barrier"\n',
+        ASYNC + 'publication_mode = "engine_drain"  # <-\n',
+        ASYNC + 'publication_mode = "refresh"\n',
     ),
     (
         "heartbeat-timeout-unused",

@@ -144,4 +144,45 @@ def test_the_endpoint_table_covers_what_the_runtime_calls() -> None:
         called.update(re.findall(r"_request\(\"[A-Z]+\", \"(/[a-z_]+)\"", text))
         called.update(re.findall(r"\.(?:get|post)\(\"(/[a-z_]+)\"", text))
         called.update(re.findall(r"\"(/(?:init|update|destroy|get)_weights?_[a-z_]+)\"", text))
+        called.update(re.findall(r"\"(/(?:pause|continue)_generation)\"", text))
     assert called - {"/workers"} <= set(ENGINE_ENDPOINTS), called - set(ENGINE_ENDPOINTS)
+    assert {"/pause_generation", "/continue_generation"} <= called
+
+
+def _wheel_source(wheel: Path, member: str) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        return z.read(member).decode()
+
+
+def test_refresh_publication_uses_the_pause_api_the_wheel_has(wheel: Path) -> None:
+    """What RefreshPublisher relies on: ``/pause_generation`` with ``mode = "retract"``,
+    ``/continue_generation`` with an empty body, a paused engine taking a weight update
+    without its writer lock and flushing with retracted requests queued, and per-token
+    versions as ``meta_info.weight_versions`` spans of ``version``/``start``/``end``."""
+    from runtime.engines.embedded.engine import PAUSE_MODES, version_spans
+    from runtime.publication.refresh import PAUSE
+
+    io = ast.parse(_wheel_source(wheel, "sglang/srt/managers/io_struct.py"))
+    classes = {n.name: n for n in ast.walk(io) if isinstance(n, ast.ClassDef)}
+    pause = classes["PauseGenerationReqInput"]
+    (mode,) = [
+        n
+        for n in pause.body
+        if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "mode"
+    ]
+    modes = {e.value for e in ast.walk(mode.annotation) if isinstance(e, ast.Constant)}
+    assert PAUSE["mode"] in modes and set(PAUSE_MODES) == modes
+    cont = classes["ContinueGenerationReqInput"]
+    assert all(  # every field has a default: {} is a valid body
+        n.value is not None for n in cont.body if isinstance(n, ast.AnnAssign)
+    )
+    tm = _wheel_source(wheel, "sglang/srt/managers/tokenizer_manager.py")
+    assert "self.model_update_lock.writer_lock if not is_paused else nullcontext()" in tm
+    sched = _wheel_source(wheel, "sglang/srt/managers/scheduler.py")
+    assert "self.is_fully_idle(ignore_waiting=self._engine_paused)" in sched
+    assert "retract_all(" in sched
+    wv = _wheel_source(wheel, "sglang/srt/utils/weight_versions.py")
+    assert 'meta_info["weight_versions"] = [' in wv
+    for key in ('"version": span.version', '"start": span.start', '"end": min(span.end'):
+        assert key in wv
+    assert set(version_spans(["1"], "1")[0]) == {"version", "start", "end"}
