@@ -286,11 +286,13 @@ def derivation_findings(manifest: dict[str, Any], where: str) -> list[Diagnostic
 
 
 # -- the background evaluator's job -------------------------------------------------------
-def evaluator_job(manifest: dict[str, Any], update: int, checkpoint: str) -> str | None:
+def evaluator_job(
+    manifest: dict[str, Any], update: int, checkpoint: str, signature: str | None = None
+) -> str | None:
     """The Beaker job that evaluates one milestone snapshot (YAML), or None when the manifest
     has no background evaluator. The compiled template (``beaker/evaluator.yaml`` of
     `rlc compile`, rendered by the same emitter from the verified manifest) with the update
-    and the snapshot path filled in."""
+    and the snapshot path filled in; ``signature`` (the manifest's ``.sig``) travels too."""
     from compiler.canonical import canonical_bytes
     from compiler.emit.beaker import (
         EVAL_CHECKPOINT_PLACEHOLDER,
@@ -299,7 +301,7 @@ def evaluator_job(manifest: dict[str, Any], update: int, checkpoint: str) -> str
     )
 
     text = canonical_bytes(manifest).decode("utf-8")
-    template = render_beaker(manifest, text).files.get("evaluator.yaml")
+    template = render_beaker(manifest, text, signature).files.get("evaluator.yaml")
     if template is None:
         return None
     return template.replace(EVAL_UPDATE_PLACEHOLDER, str(int(update))).replace(

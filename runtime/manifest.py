@@ -24,3 +24,13 @@ def load_verified_manifest(path: str | Path) -> dict[str, Any]:
     except DiagnosticError as exc:
         msgs = "; ".join(d.message for d in exc.diagnostics) or str(exc)
         raise ManifestError(f"{p}: {msgs}") from None
+
+
+def manifest_signature(path: str | Path) -> str | None:
+    """The detached ``rlc compile --sign`` signature beside a manifest (``.sig``), if any:
+    the Beaker specs carry it into every job, where ``load_verified_manifest`` checks it."""
+    sig = Path(str(path) + ".sig")
+    try:
+        return sig.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 
-def emit_artifacts(manifest: Mapping[str, Any], out_dir: Path) -> list[Path]:
-    """Write ``beaker/*.yaml`` beside a manifest. Pure function of the manifest, written
-    atomically; an unchanged file is left alone."""
+def emit_artifacts(
+    manifest: Mapping[str, Any], out_dir: Path, signature: str | None = None
+) -> list[Path]:
+    """Write ``beaker/*.yaml`` beside a manifest. Pure function of the manifest (and its
+    signature, when signed), written atomically; an unchanged file is left alone."""
     from compiler.emit.beaker import render_beaker
     from compiler.manifest import manifest_bytes
 
@@ -18,7 +20,7 @@ def emit_artifacts(manifest: Mapping[str, Any], out_dir: Path) -> list[Path]:
     written: list[Path] = []
     beaker_dir = Path(out_dir) / "beaker"
     beaker_dir.mkdir(parents=True, exist_ok=True)
-    for name, body in render_beaker(manifest, text).files.items():
+    for name, body in render_beaker(manifest, text, signature).files.items():
         target = beaker_dir / name
         if target.exists() and target.read_text(encoding="utf-8") == body:
             written.append(target)

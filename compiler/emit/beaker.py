@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from compiler.emit.beaker_checks import go_duration
 from compiler.resources import templates_dir
 
 MANIFEST_PATH = "/rlc/manifest.json"
+SIGNATURE_SUFFIX = ".sig"  # compiler.trust reads the detached signature beside the manifest
+SIGNATURE_RE = re.compile(r"hmac-sha256:[0-9a-f]{64}")
 RESULT_PATH = "/results"
 CODE_DIR = "/opt/rlc"
 # Environment every job gets; launch.env may override these, never the reserved names.
@@ -91,18 +94,24 @@ def embed_manifest(manifest_text: str) -> str:
     return base64.b64encode(packed).decode("ascii")
 
 
-def _script(manifest_text: str, entry: list[str], log_name: str) -> str:
+def _script(
+    manifest_text: str, entry: list[str], log_name: str, signature: str | None = None
+) -> str:
+    """The task's script: the manifest (and its detached signature, when signed) written
+    where the runtime reads them, then the entry command."""
     payload = embed_manifest(manifest_text)
     command = " ".join(shlex.quote(part) for part in entry)
-    return "\n".join(
-        [
-            "set -euo pipefail",
-            f"mkdir -p {shlex.quote(RESULT_PATH)} $(dirname {MANIFEST_PATH})",
-            f"echo {payload} | base64 -d | gunzip > {MANIFEST_PATH}",
-            f"cd {CODE_DIR}",
-            f"{command} 2>&1 | tee -a {RESULT_PATH}/{log_name}",
-        ]
-    )
+    lines = [
+        "set -euo pipefail",
+        f"mkdir -p {shlex.quote(RESULT_PATH)} $(dirname {MANIFEST_PATH})",
+        f"echo {payload} | base64 -d | gunzip > {MANIFEST_PATH}",
+    ]
+    if signature is not None:
+        if not SIGNATURE_RE.fullmatch(signature):
+            raise ValueError(f"not a manifest signature: {signature[:80]!r}")
+        lines.append(f"echo {signature} > {MANIFEST_PATH}{SIGNATURE_SUFFIX}")
+    lines += [f"cd {CODE_DIR}", f"{command} 2>&1 | tee -a {RESULT_PATH}/{log_name}"]
+    return "\n".join(lines)
 
 
 def _cache_env(compiler_cache: Mapping[str, Any]) -> dict[str, str]:
@@ -201,8 +210,14 @@ def _background_eval(config: Mapping[str, Any]) -> bool:
     return (config.get("evaluation") or {}).get("mode") == "background"
 
 
-def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArtifacts:
-    """All Beaker specs for a manifest, each validated against our Beaker v2 model."""
+def render_beaker(
+    manifest: Mapping[str, Any], manifest_text: str, signature: str | None = None
+) -> BeakerArtifacts:
+    """All Beaker specs for a manifest, each validated against our Beaker v2 model.
+
+    ``signature``: the manifest's ``rlc compile --sign`` signature; it travels in every
+    job beside the manifest, where the runtime verifies it when ``RLC_SIGNING_KEY`` is set.
+    """
     config = manifest["config"]
     common = _common(manifest)
     nodes = _nodes(manifest)
@@ -217,7 +232,10 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
         description=f"rlc {manifest['name']} (manifest {manifest['digest']})",
         task_name=manifest["name"],
         script=_script(
-            manifest_text, ["python", "-m", "runtime.execute", MANIFEST_PATH], "run.log"
+            manifest_text,
+            ["python", "-m", "runtime.execute", MANIFEST_PATH],
+            "run.log",
+            signature,
         ),
         replicas=nodes,
         host_networking=bool(judges),
@@ -234,7 +252,10 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
             description=f"rlc {manifest['name']} preparation (manifest {manifest['digest']})",
             task_name=f"{manifest['name']}-prepare",
             script=_script(
-                manifest_text, ["python", "-m", "runtime.prepare", MANIFEST_PATH], "prepare.log"
+                manifest_text,
+                ["python", "-m", "runtime.prepare", MANIFEST_PATH],
+                "prepare.log",
+                signature,
             ),
             cpu_count=8,
         )
@@ -264,6 +285,7 @@ def render_beaker(manifest: Mapping[str, Any], manifest_text: str) -> BeakerArti
                     EVAL_CHECKPOINT_PLACEHOLDER,
                 ],
                 "evaluation.log",
+                signature,
             ),
             gpu_count=int(evaluation.get("gpus", 1) or 1),
         )

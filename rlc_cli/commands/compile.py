@@ -3,6 +3,7 @@ artifacts next to it. Unchanged inputs replay from `compiler.compile_cache`."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -112,7 +113,13 @@ def _sign_compile(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str)
                 help=("export the team's signing key, or compile without --sign",),
             )
         )
-    write_signature(_compile(spec, overrides, out_dir, fmt, None), key)
+    path = _compile(spec, overrides, out_dir, fmt, None)
+    sig = write_signature(path, key)
+    # the Beaker specs carry the signature into the jobs, beside the manifest
+    from compiler.emit import emit_artifacts
+
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    emit_artifacts(manifest, path.parent, sig.read_text(encoding="utf-8").strip())
 
 
 def _emit_extras(manifest: dict[str, object], path: Path) -> None:

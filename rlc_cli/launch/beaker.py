@@ -37,13 +37,14 @@ def _git_revision(cwd: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def render_specs(manifest: dict[str, Any]) -> dict[str, str]:
-    """``{stage: yaml}`` in submission order: ``prepare`` (when the manifest needs one), ``train``."""
+def render_specs(manifest: dict[str, Any], signature: str | None = None) -> dict[str, str]:
+    """``{stage: yaml}`` in submission order: ``prepare`` (when the manifest needs one), ``train``
+    (``signature``: the manifest's ``.sig``, carried into every job)."""
     from compiler.emit.beaker import render_beaker
     from compiler.manifest import manifest_bytes
 
     text = manifest_bytes(manifest).decode("utf-8")
-    files = render_beaker(manifest, text).files
+    files = render_beaker(manifest, text, signature).files
     stages = {"prepare": files["prepare.yaml"]} if "prepare.yaml" in files else {}
     stages["train"] = files["train.yaml"]
     return stages
@@ -192,8 +193,10 @@ def launch_all(
     each submission writes its receipt (``record``) at once, the training receipt names the
     preparation experiment it waited for, and a failed preparation submits nothing more.
     """
+    from runtime.manifest import manifest_signature
+
     launch_id = uuid.uuid4().hex
-    stages = render_specs(manifest)
+    stages = render_specs(manifest, manifest_signature(manifest_path))
     out: list[tuple[Receipt, dict[str, Any]]] = []
     after: dict[str, Any] = {}
     for stage, spec_yaml in stages.items():

@@ -44,8 +44,11 @@ def submit_target() -> str:
     return "beaker" if os.environ.get("BEAKER_JOB_ID") else "local"
 
 
-def evaluator_spec(manifest: dict[str, Any], update: int, checkpoint: Path) -> dict[str, Any]:
-    """The compiled evaluator job for one milestone, as Beaker spec data."""
+def evaluator_spec(
+    manifest: dict[str, Any], update: int, checkpoint: Path, signature: str | None = None
+) -> dict[str, Any]:
+    """The compiled evaluator job for one milestone, as Beaker spec data (``signature``:
+    the manifest's detached signature, carried into the job beside it)."""
     import yaml
 
     from compiler.trust import evaluator_job
@@ -53,7 +56,7 @@ def evaluator_spec(manifest: dict[str, Any], update: int, checkpoint: Path) -> d
     ck = str(checkpoint)
     if any(c in ck for c in "\"'\\$`\n"):
         raise EvaluatorSubmitError(f"snapshot path {ck!r} has characters a job script cannot hold")
-    spec = evaluator_job(manifest, update, ck)
+    spec = evaluator_job(manifest, update, ck, signature)
     if spec is None:
         raise EvaluatorSubmitError("the manifest has no evaluator job (evaluation.mode)")
     data: dict[str, Any] = yaml.safe_load(spec)
@@ -63,14 +66,17 @@ def evaluator_spec(manifest: dict[str, Any], update: int, checkpoint: Path) -> d
 class BeakerSubmitter:
     """Creates one Beaker experiment per milestone from the compiled evaluator spec."""
 
-    def __init__(self, manifest: dict[str, Any], timeout_s: float) -> None:
+    def __init__(
+        self, manifest: dict[str, Any], timeout_s: float, signature: str | None = None
+    ) -> None:
         self.manifest = manifest
         self.timeout_s = timeout_s
+        self.signature = signature
 
     def submit(self, update: int, checkpoint: Path) -> dict[str, Any]:
         from runtime.launch.beaker_client import beaker_client
 
-        data = evaluator_spec(self.manifest, update, checkpoint)
+        data = evaluator_spec(self.manifest, update, checkpoint, self.signature)
         launch_id = uuid.uuid4().hex
         for task in data.get("tasks", []):
             task.setdefault("envVars", []).append({"name": "RLC_LAUNCH_ID", "value": launch_id})

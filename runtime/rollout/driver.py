@@ -119,10 +119,12 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
         raise RuntimeError("background evaluation needs the manifest path (RunConfig)")
     submitter: BeakerSubmitter | LocalSubmitter
     if submit_target() == "beaker":
-        from runtime.manifest import load_verified_manifest
+        from runtime.manifest import load_verified_manifest, manifest_signature
 
         submitter = BeakerSubmitter(
-            load_verified_manifest(cfg.manifest_path), cfg.evaluation.submit_timeout_s
+            load_verified_manifest(cfg.manifest_path),
+            cfg.evaluation.submit_timeout_s,
+            manifest_signature(cfg.manifest_path),
         )
     else:
         submitter = LocalSubmitter(cfg.manifest_path.resolve(), cfg.paths.eval_dir / "logs")

@@ -167,6 +167,53 @@ def test_compile_sign_and_lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert res.exit_code == 1 and "manifest-signature" in res.output
 
 
+def test_signature_travels_in_the_beaker_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rlc compile --sign`: each job script writes the manifest and its .sig where the
+    runtime reads them; the runtime verifies the pair under RLC_SIGNING_KEY."""
+    import subprocess
+
+    import yaml
+
+    from rlc_cli.launch.beaker import render_specs
+    from runtime.manifest import manifest_signature
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("RLC_SIGNING_KEY", "k1")
+    out = tmp_path / "b"
+    res = CliRunner().invoke(
+        rlc, ["compile", "specs/examples/quickstart.toml", "-o", str(out), "--sign"]
+    )
+    assert res.exit_code == 0, res.output
+    manifest_path = next(out.rglob("manifest.json"))
+    sig = manifest_signature(manifest_path)
+    assert sig is not None and sig.startswith("hmac-sha256:")
+    train = yaml.safe_load((manifest_path.parent / "beaker" / "train.yaml").read_text())
+    script = train["tasks"][0]["arguments"][0]
+    assert f"echo {sig} > /rlc/manifest.json.sig" in script
+    # the job's own lines, pointed at a scratch directory, give a pair the runtime accepts
+    job = tmp_path / "job"
+    job.mkdir()
+    lines = [ln for ln in script.splitlines() if ln.startswith("echo ")]
+    subprocess.run(
+        ["bash", "-c", "\n".join(lines).replace("/rlc/", f"{job}/")], check=True, timeout=60
+    )
+    assert load_trusted(job / "manifest.json", {"RLC_SIGNING_KEY": "k1"})
+    with pytest.raises(DiagnosticError, match="another key"):
+        load_trusted(job / "manifest.json", {"RLC_SIGNING_KEY": "k2"})
+    # `rlc launch` renders from the manifest file: the signature beside it travels too
+    import json
+
+    def script_of(text: str) -> str:
+        return str(yaml.safe_load(text)["tasks"][0]["arguments"][0])
+
+    launched = render_specs(json.loads(manifest_path.read_text()), sig)["train"]
+    assert f"echo {sig} > /rlc/manifest.json.sig" in script_of(launched)
+    unsigned = render_specs(json.loads(manifest_path.read_text()))["train"]
+    assert ".sig" not in script_of(unsigned)
+
+
 def test_runtime_execute_refuses_a_forged_command(
     manifest: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
