@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from runtime.executor.client import LocalExecutor  # noqa: E402
+from runtime.executor.settings import ExecutorSettings  # noqa: E402
 from runtime.rewards.base import ScoreItem, get_verifier  # noqa: E402
 from runtime.rewards.code import humaneval_target  # noqa: E402
 
@@ -47,7 +48,7 @@ def load_items(path: Path = HUMANEVAL) -> list[ScoreItem]:
 
 
 def bench(workers: int, items: list[ScoreItem], repeat: int) -> dict:
-    with LocalExecutor(workers=workers) as ex:
+    with LocalExecutor(ExecutorSettings(workers=workers)) as ex:
         health = httpx.get(ex.url + "/health", timeout=30, trust_env=False).json()
         v = get_verifier(
             "code", {"executor_url": ex.url, "concurrency": max(2, 2 * workers), "retries": 0}

@@ -27,6 +27,8 @@ _CFG = "runtime:runtime.config:from_manifest"
 _TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
 _DRIVER = "runtime:runtime.rollout.driver:train"
 _ENGINE_ARGV = "argv:compiler.argv:engine_argv"
+_EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
+_EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
 _BEAKER = "beaker:compiler.emit.beaker:_common"
 _RENDER = "beaker:compiler.emit.beaker:render_beaker"
 _EVAL_JOB = "beaker:compiler.emit.beaker:render_beaker"
@@ -232,11 +234,14 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.code.endpoint": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
-    "rewards.code.time_limit_s": ("runtime:runtime.rewards.code:spec_limits",),
-    "rewards.code.memory_limit_mb": ("runtime:runtime.rewards.code:spec_limits",),
-    "rewards.code.max_processes": ("runtime:runtime.rewards.code:spec_limits",),
-    "rewards.code.network": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
-    "rewards.code.allow_unsandboxed": ("runtime:runtime.rewards.code:CodeVerifier.url",),
+    "rewards.code.time_limit_s": (_EXECUTOR_LIMITS,),
+    "rewards.code.memory_limit_mb": (_EXECUTOR_LIMITS,),
+    "rewards.code.max_processes": (_EXECUTOR_LIMITS,),
+    "rewards.code.network": (
+        "runtime:runtime.rewards.code:CodeVerifier.__init__",
+        _EXECUTOR_SERVICE,
+    ),
+    "rewards.code.allow_unsandboxed": (_EXECUTOR_SERVICE,),
     "rewards.code.concurrency": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
     "rewards.ifeval.strict": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
     "rewards.ifeval.aggregate": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.executor.settings import ExecutorSettings
+
 
 class ConfigError(ValueError):
     """The manifest's config/plan cannot be carried out by this runtime."""
@@ -297,6 +299,7 @@ class RunConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     judge_bindings: dict[str, JudgeBinding] = field(default_factory=dict)
     manifest_path: Path | None = None
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     @property
     def samples_per_collection(self) -> int:
@@ -622,4 +625,5 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
         config=config,
         evaluation=_evaluation(_sec(config, "evaluation"), inference),
         judge_bindings=_judge_bindings(config, plan),
+        executor=ExecutorSettings.from_config(_sec(rewards, "code")),
     )

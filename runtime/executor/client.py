@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from runtime.executor.settings import ExecutorSettings
 from runtime.failure import cause_from_text, exit_status
 
 _READY_PREFIX = "rlc-executor listening on "
@@ -29,35 +30,27 @@ class LocalExecutor:
 
     def __init__(
         self,
-        workers: int = 2,
-        isolation: str = "auto",
+        settings: ExecutorSettings | None = None,
+        *,
         startup_timeout_s: float = 60.0,
         python: str | None = None,
         env: dict[str, str] | None = None,
-        site: bool = False,
-        allow_unsandboxed: bool = False,
-        allow_network: bool = False,
         service_python: str | None = None,
         wrapper: Sequence[str] = (),
     ) -> None:
-        """``wrapper`` prefixes the service's command line (e.g. to run it as another user
-        with ``setpriv``); ``service_python`` runs the service itself (default: ours)."""
+        """The service's options come from ``settings`` (workers, sandbox mode, site,
+        allow_unsandboxed, network). ``wrapper`` prefixes its command line (e.g. to run it as
+        another user with ``setpriv``); ``service_python`` runs the service (default: ours)."""
+        self.settings = settings = settings or ExecutorSettings()
         repo_root = str(Path(__file__).resolve().parents[2])
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (repo_root, child_env.get("PYTHONPATH", "")) if p
         )
         argv = [*wrapper, service_python or sys.executable, "-m", "runtime.executor"]
-        argv += ["--host", "127.0.0.1", "--port", "0"]
-        argv += ["--workers", str(workers), "--isolation", isolation]
+        argv += ["--host", "127.0.0.1", "--port", "0", *settings.service_args()]
         if python:
             argv += ["--python", python]
-        if site:
-            argv.append("--site")
-        if allow_unsandboxed:
-            argv.append("--allow-unsandboxed")
-        if allow_network:
-            argv.append("--allow-network")
         # stderr goes to a file: an unread pipe would eventually block the server.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives with the process)
         self.proc = subprocess.Popen(

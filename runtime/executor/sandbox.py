@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runtime.executor.settings import ExecutorSettings
+
 _HERE = Path(__file__).resolve().parent
 INIT_SOURCE = (_HERE / "init.py").read_text(encoding="utf-8")
 _VALUES_SOURCE = (_HERE / "values.py").read_text(encoding="utf-8")
@@ -73,14 +75,18 @@ class SandboxUnavailable(RuntimeError):
     """No isolation layer works on this host and running unsandboxed was not allowed."""
 
 
+_SPEC = ExecutorSettings()
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-run resource limits (a request may lower or raise them up to `MAX_LIMITS`)."""
 
-    wall_s: float = 10.0
-    cpu_s: float = 10.0
-    memory_mb: int = 1024
-    max_processes: int = 32
+    # a request that names none gets the code executor settings' (the spec's) limits
+    wall_s: float = _SPEC.time_limit_s
+    cpu_s: float = _SPEC.time_limit_s
+    memory_mb: int = _SPEC.memory_limit_mb
+    max_processes: int = _SPEC.max_processes
     output_bytes: int = 65536
     file_bytes: int = 16 * 1024 * 1024
     open_files: int = 64

@@ -25,8 +25,10 @@ from runtime.executor.sandbox import (
     SandboxUnavailable,
     probe_isolation,
 )
+from runtime.executor.settings import ISOLATIONS, ExecutorSettings
 
 SANDBOX_KEY = web.AppKey("sandbox", Sandbox)
+_DEFAULTS = ExecutorSettings()
 # stdout/stderr returned per test (the sandbox caps what it reads at limits.output_bytes).
 STREAM_CAP = 8192
 MAX_BODY = 8 * 1024 * 1024
@@ -115,7 +117,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m runtime.executor", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="bind address (keep it loopback)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
-    p.add_argument("--workers", type=int, default=2, help="concurrent sandboxed processes")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=_DEFAULTS.workers,
+        help="concurrent sandboxed processes",
+    )
     p.add_argument("--python", default=None, help="interpreter for programs (default: ours)")
     p.add_argument(
         "--site",
@@ -124,8 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--isolation",
-        choices=("auto", "namespaces", "userns", "none"),
-        default="auto",
+        choices=ISOLATIONS,
+        default=_DEFAULTS.isolation,
         help="auto: namespaces as root, else an unprivileged user namespace; none: no sandbox"
         " (also needs --allow-unsandboxed)",
     )
@@ -142,20 +149,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def settings_from_args(args: argparse.Namespace) -> ExecutorSettings:
+    """The options `ExecutorSettings.service_args` writes, read back into the one type."""
+    return ExecutorSettings(
+        workers=args.workers,
+        isolation=args.isolation,
+        site=args.site,
+        allow_unsandboxed=args.allow_unsandboxed,
+        network=args.allow_network,
+    )
+
+
 async def _serve(args: argparse.Namespace) -> None:
-    if args.isolation == "none" and not args.allow_unsandboxed:
+    settings = settings_from_args(args)
+    if settings.isolation == "none" and not settings.allow_unsandboxed:
         raise SandboxUnavailable("--isolation none needs --allow-unsandboxed")
     iso = probe_isolation(
         args.python,
-        args.isolation,
-        site=args.site,
-        allow_unsandboxed=args.allow_unsandboxed,
-        allow_network=args.allow_network,
+        settings.isolation,
+        site=settings.site,
+        allow_unsandboxed=settings.allow_unsandboxed,
+        allow_network=settings.network,
     )
     if not iso.namespaces:
         for _ in range(3):
             print(iso.describe()["warning"], file=sys.stderr, flush=True)
-    app = make_app(iso, args.workers)
+    app = make_app(iso, settings.workers)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)

@@ -1,19 +1,16 @@
 """Code-execution rewards: run the response's code against tests in the executor service.
 
-Spec settings (``[rewards.code]``, as compiled into the manifest): ``endpoint`` (an
-external executor's URL; unset: start the in-package executor as a local subprocess on first
-use), ``time_limit_s`` (wall and CPU seconds per test run), ``memory_limit_mb``,
-``max_processes``, ``network`` (programs may use the network; the local executor is started
-with ``--allow-network``, an external one must allow it), ``allow_unsandboxed`` (the local
-executor may run with rlimits only on a host where no sandbox layer works), ``concurrency``
-(parallel requests).
+Spec settings (``[rewards.code]``, as compiled into the manifest) are one
+`runtime.executor.settings.ExecutorSettings` (built once by `runtime.config.from_manifest`
+and handed over by `RunVerifiers`, or built here from the settings mapping): ``endpoint``
+(an external executor's URL; unset: start the in-package executor as a local subprocess on
+first use), the per-run limits ``time_limit_s``, ``memory_limit_mb``, ``max_processes``,
+``network``, ``allow_unsandboxed`` and ``concurrency`` (requests in flight).
 
-Further settings for programmatic use: ``executor_url`` (same as ``endpoint``), ``workers``
-(local executor, 2), ``timeout_s`` (per request, 120), ``retries`` (2, on connection errors
-and 5xx), ``backoff_s`` (0.5), ``scoring`` (``all_or_nothing`` | ``fraction``), ``limits``
-(raw executor limits; the spec fields above win), ``failure_policy`` (``zero`` | ``fail``),
-``isolation`` (local executor: auto | namespaces | userns | none), ``site`` (local executor:
-let programs import site-packages; default stdlib only).
+Further settings for programmatic use: ``executor_url`` (same as ``endpoint``), ``workers``,
+``isolation`` and ``site`` (the local executor's; see `ExecutorSettings`), ``timeout_s``
+(per request, 120), ``retries`` (2, on connection errors and 5xx), ``backoff_s`` (0.5),
+``scoring`` (``all_or_nothing`` | ``fraction``), ``failure_policy`` (``zero`` | ``fail``).
 
 Targets: ``{"mode": "function", "test": <HumanEval test code>, "entry_point": name}`` or
 ``{"mode": "stdio", "tests": [{"input": .., "output": ..}]}``; HumanEval's own record keys
@@ -34,6 +31,7 @@ from typing import Any
 import httpx
 
 from runtime.executor.client import LocalExecutor, run_request
+from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import (
     RewardResult,
     ScoreItem,
@@ -135,36 +133,27 @@ def humaneval_target(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     return target, meta
 
 
-def spec_limits(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Executor limits from the settings: raw ``limits``, overridden by the spec fields."""
-    limits = dict(cfg.get("limits") or {})
-    if cfg.get("time_limit_s") is not None:
-        limits["wall_s"] = limits["cpu_s"] = float(cfg["time_limit_s"])
-    if cfg.get("memory_limit_mb") is not None:
-        limits["memory_mb"] = int(cfg["memory_limit_mb"])
-    if cfg.get("max_processes") is not None:
-        limits["max_processes"] = int(cfg["max_processes"])
-    return limits
-
-
 @register("code")
 class CodeVerifier(Verifier):
     """Scores code by running it in the sandboxed executor service."""
 
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | None = None, settings: ExecutorSettings | None = None
+    ) -> None:
         super().__init__(config)
         cfg = self.config
         self.scoring = str(cfg.get("scoring", "all_or_nothing"))
         if self.scoring not in SCORINGS:
             raise ValueError(f"rewards.code.scoring must be one of {SCORINGS}")
-        self.concurrency = max(1, int(cfg.get("concurrency", 4)))
+        self.settings = settings or ExecutorSettings.from_config(cfg)
+        self.concurrency = self.settings.concurrency
         self.timeout_s = float(cfg.get("timeout_s", 120.0))
         self.retries = max(0, int(cfg.get("retries", 2)))
         self.backoff_s = float(cfg.get("backoff_s", 0.5))
-        self.limits: Mapping[str, Any] | None = spec_limits(cfg) or None
-        self.network = bool(cfg.get("network", False))
+        self.limits = self.settings.limits()
+        self.network = self.settings.network
         self.failure_policy = str(cfg.get("failure_policy", "zero"))
-        self._url: str | None = cfg.get("endpoint") or cfg.get("executor_url") or None
+        self._url: str | None = self.settings.endpoint
         self._local: LocalExecutor | None = None
         self._lock = threading.Lock()
         self._client = httpx.Client(
@@ -176,13 +165,7 @@ class CodeVerifier(Verifier):
         """The executor URL, starting a local executor the first time if none is set."""
         with self._lock:
             if self._url is None:
-                self._local = LocalExecutor(
-                    workers=int(self.config.get("workers", 2)),
-                    isolation=str(self.config.get("isolation", "auto")),
-                    site=bool(self.config.get("site", False)),
-                    allow_unsandboxed=bool(self.config.get("allow_unsandboxed", False)),
-                    allow_network=self.network,
-                )
+                self._local = LocalExecutor(self.settings)
                 atexit.register(self._local.close)
                 self._url = self._local.url
             return self._url
@@ -219,7 +202,7 @@ class CodeVerifier(Verifier):
         one after another (the executor may have a single free slot)."""
         tests = payload.get("tests")
         count = len(tests) if isinstance(tests, list) else 1
-        wall = float((payload.get("limits") or {}).get("wall_s", 10.0))
+        wall = float((payload.get("limits") or self.limits)["wall_s"])
         return max(self.timeout_s, count * (wall + 5.0) + 30.0)
 
     def _run(self, payload: dict[str, Any]) -> RewardResult:

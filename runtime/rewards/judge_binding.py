@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import Verifier, get_verifier
 
 
@@ -20,17 +21,21 @@ class BindingLike(Protocol):
 
 
 class RunVerifiers:
-    """``verifiers(name)`` -> the verifier for ``name``, created once; ``close()`` them all."""
+    """``verifiers(name)`` -> the verifier for ``name``, created once; ``close()`` them all.
+    ``executor``: the run's code executor settings (`RunConfig.executor`), given to the
+    ``code`` verifier as they are."""
 
     def __init__(
         self,
         rewards: Mapping[str, Any],
         bindings: Mapping[str, BindingLike],
         failure_policy: str = "zero",
+        executor: ExecutorSettings | None = None,
     ) -> None:
         self.rewards = dict(rewards)
         self.bindings = dict(bindings)
         self.failure_policy = failure_policy
+        self.executor = executor
         self._made: dict[str, Verifier] = {}
         self._lock = threading.Lock()
 
@@ -45,6 +50,10 @@ class RunVerifiers:
         if binding is not None:
             # the judge applies the policy itself; "fail" must still reach the loop
             return get_verifier("judge", binding.verifier_settings(self.failure_policy))
+        if name == "code" and self.executor is not None:
+            from runtime.rewards.code import CodeVerifier
+
+            return CodeVerifier(self.rewards.get(name), settings=self.executor)
         return get_verifier(name, self.rewards.get(name))
 
     def close(self) -> None:

@@ -541,7 +541,9 @@ def train(runner: Node) -> dict[str, Any]:
             f"({time.monotonic() - t_audit:.2f}s)"
         )
 
-    verifier_for = RunVerifiers(cfg.rewards, cfg.judge_bindings, cfg.failure_policy)
+    verifier_for = RunVerifiers(
+        cfg.rewards, cfg.judge_bindings, cfg.failure_policy, executor=cfg.executor
+    )
 
     check_lock = threading.Lock()
 
@@ -574,7 +576,7 @@ def train(runner: Node) -> dict[str, Any]:
     metrics = MetricsWriter(cfg.paths.metrics)
     metrics.truncate_from(state.collection)
     # evaluation gets its own verifiers: shared evaluation runs beside the async producer
-    eval_verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, "zero")
+    eval_verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, "zero", executor=cfg.executor)
     evaluator = _make_evaluator(cfg, runner.gen_url, check_engines, trainer, eval_verifiers)
     # evaluations of updates after the restored one are redone
     MetricsWriter(cfg.paths.eval_dir / "metrics.jsonl", key="update").truncate_from(

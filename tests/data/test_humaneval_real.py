@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from runtime.executor.client import LocalExecutor
+from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import ScoreItem, get_verifier
 from runtime.rewards.code import humaneval_target
 
@@ -39,7 +40,7 @@ def records() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def verifier():
-    with LocalExecutor(workers=2) as ex:
+    with LocalExecutor(ExecutorSettings(workers=2)) as ex:
         v = get_verifier("code", {"executor_url": ex.url, "concurrency": 4})
         yield v
         v.close()

@@ -20,6 +20,7 @@ import pytest
 from runtime.executor import sandbox as sb
 from runtime.executor.client import ExecutorStartError, LocalExecutor
 from runtime.executor.sandbox import UID_BASE, slot_uid_base
+from runtime.executor.settings import ExecutorSettings
 
 SECRET = "rlc-secret-" + uuid.uuid4().hex
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -36,7 +37,7 @@ MODES = ["auto", "userns", "unprivileged"] if os.geteuid() == 0 else ["auto"]
 def executor(request):
     env = dict(os.environ, RLC_TEST_SECRET=SECRET)
     if request.param != "unprivileged":
-        with LocalExecutor(workers=2, env=env, isolation=request.param) as ex:
+        with LocalExecutor(ExecutorSettings(workers=2, isolation=request.param), env=env) as ex:
             yield ex
         return
     if not UNPRIVILEGED:
@@ -45,9 +46,8 @@ def executor(request):
 
     site = str(Path(aiohttp.__file__).resolve().parents[1])
     env["PYTHONPATH"] = site
-    with LocalExecutor(
-        workers=2, env=env, service_python=SYSTEM_PYTHON, wrapper=NOBODY, isolation="userns"
-    ) as ex:
+    settings = ExecutorSettings(workers=2, isolation="userns")
+    with LocalExecutor(settings, env=env, service_python=SYSTEM_PYTHON, wrapper=NOBODY) as ex:
         yield ex
 
 
@@ -454,7 +454,7 @@ def test_network_is_refused_unless_the_executor_allows_it(http, executor):
 
 
 def test_network_when_allowed(http):
-    with LocalExecutor(workers=1, allow_network=True) as ex:
+    with LocalExecutor(ExecutorSettings(workers=1, network=True)) as ex:
         code = (
             "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ndef f():\n    return 1\n"
         )
@@ -478,8 +478,8 @@ def test_no_sandbox_layer_refuses_to_start(monkeypatch):
 
 def test_unsandboxed_executor_needs_the_opt_in_and_warns(http):
     with pytest.raises(ExecutorStartError, match="allow-unsandboxed"):
-        LocalExecutor(workers=1, isolation="none", startup_timeout_s=30)
-    with LocalExecutor(workers=1, isolation="none", allow_unsandboxed=True) as ex:
+        LocalExecutor(ExecutorSettings(workers=1, isolation="none"), startup_timeout_s=30)
+    with LocalExecutor(ExecutorSettings(workers=1, isolation="none", allow_unsandboxed=True)) as ex:
         health = http.get(ex.url + "/health").json()["isolation"]
         assert health["kind"] == "none" and "UNSANDBOXED" in health["warning"]
         res = run(http, ex, "def f():\n    return 1\n")

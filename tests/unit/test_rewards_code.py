@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from runtime.executor.client import LocalExecutor
+from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import ScoreItem, VerifierFailure, get_verifier
 from runtime.rewards.code import build_payload, extract_code
 
@@ -54,7 +55,7 @@ def test_build_payload_shapes():
 
 @pytest.fixture(scope="module")
 def executor():
-    with LocalExecutor(workers=2) as ex:
+    with LocalExecutor(ExecutorSettings(workers=2)) as ex:
         yield ex
 
 
@@ -90,7 +91,7 @@ def test_stdio_fraction_and_all_or_nothing(executor):
 
 
 def test_limits_are_forwarded(executor):
-    v = get_verifier("code", {"executor_url": executor.url, "limits": {"wall_s": 1}})
+    v = get_verifier("code", {"executor_url": executor.url, "time_limit_s": 1})
     res = v.score("import time\ntime.sleep(30)\n", {"mode": "stdio", "tests": [{"output": ""}]}, {})
     assert res.ok and res.score == 0.0 and res.detail["statuses"] == ["timeout"]
 
