@@ -4,7 +4,8 @@ Compiles the example specs once, then lints N manifests (bytes in memory: the me
 is lint work, not the file system), best of 3 rounds. Also times each stage alone on the
 same manifests, so the table shows where a lint goes: ``canonical`` (decode + canonical
 form check), ``digest``, ``schema`` (the manifest JSON Schema), ``rules`` (every rule
-re-run). Wall and CPU (process) seconds are both recorded; on a shared machine the CPU
+re-run), ``artifacts`` (paths and command lines recomputed from config and plan), and
+``rederive`` (what ``rlc lint --rederive`` adds: the user-written config resolved again). Wall and CPU (process) seconds are both recorded; on a shared machine the CPU
 figure is the steadier one. Prints a table last; writes JSON.
 
     .venv/bin/python benchmarks/lint_bench.py [--n 3000]
@@ -46,11 +47,12 @@ def main() -> None:
     args = ap.parse_args()
 
     from compiler.canonical import digest_without, load_if_canonical
-    from compiler.lint import ManifestView, _ruleset, lint_manifest
+    from compiler.lint import ManifestView, _ruleset, artifact_findings, lint_manifest
     from compiler.lint_schema import fast_check, schema_errors
     from compiler.manifest import manifest_bytes
     from compiler.pipeline import compile_spec
     from compiler.rules import evaluate
+    from compiler.trust import derivation_findings
 
     os.chdir(ROOT)
     blobs = []
@@ -78,20 +80,24 @@ def main() -> None:
         ("digest", lambda i: digest_without(compacts[i % k], "digest", docs[i % k]["digest"])),
         ("schema", lambda i: schema_errors(docs[i % k])),
         ("rules", lambda i: evaluate(ruleset, ManifestView(docs[i % k]))),
+        ("artifacts", lambda i: artifact_findings(docs[i % k], "x")),
         ("all", lint_one),
+        # what `--rederive` adds (resolve the user-written config again); fewer rounds
+        ("rederive", lambda i: derivation_findings(docs[i % k], "x")),
     ]
     rows = []
     for phase, step in stages:
-        wall, cpu, median = _timed(args.n, step)
+        n = max(1, args.n // 10) if phase == "rederive" else args.n
+        wall, cpu, median = _timed(n, step)
         rows.append(
             {
                 "phase": phase,
-                "n": args.n,
+                "n": n,
                 "seconds": wall,
                 "cpu_seconds": cpu,
-                "per_second": args.n / wall,
-                "per_cpu_second": args.n / cpu if cpu else None,
-                "us_per_manifest": 1e6 * wall / args.n,
+                "per_second": n / wall,
+                "per_cpu_second": n / cpu if cpu else None,
+                "us_per_manifest": 1e6 * wall / n,
                 "median_seconds": median,
             }
         )

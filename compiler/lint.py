@@ -231,6 +231,7 @@ def _lint(path: str | Path, data: bytes | None) -> LintReport:
                 "recompile the spec with this rlc (`rlc compile`) and commit the new manifest",
             )
         )
+    report.findings.extend(artifact_findings(manifest, shown))
     for finding in evaluate(ruleset, ManifestView(manifest)):
         diag = finding.to_diagnostic()
         if diag.severity == "error":
@@ -246,6 +247,43 @@ def _lint(path: str | Path, data: bytes | None) -> LintReport:
                 )
             )
     return report
+
+
+def artifact_findings(manifest: dict[str, Any], shown: str) -> list[Diagnostic]:
+    """The run paths and command lines recomputed from the manifest's own config and plan.
+
+    Why: these are what the runtime executes; a hand edit (a shell command in
+    ``commands.engine_argv``) must be a finding of plain `rlc lint`, not only of
+    ``--rederive``. Cheap (~0.05 ms): it does not re-resolve the user-written config, which
+    is what ``--rederive`` adds (derived config values, plan, facts).
+    """
+    from compiler.argv import engine_argv, router_argv, trainer_argv
+    from compiler.paths import derived_paths
+
+    try:
+        config, plan = manifest["config"], manifest["plan"]
+        paths = derived_paths(config)
+        fresh = {
+            "paths": paths,
+            "commands": {
+                "engine_argv": engine_argv(config, plan, paths),
+                "trainer_argv": trainer_argv(),
+                "router_argv": router_argv(config, plan),
+            },
+        }
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        return [_err(shown, "manifest-derived", f"its command lines cannot be derived: {exc!r}")]
+    return [
+        _err(
+            shown,
+            "manifest-derived",
+            f"`{key}` differs from what the compiler derives from the manifest's config and "
+            "plan; derived fields are never edited by hand",
+            "recompile the spec instead of editing a manifest",
+        )
+        for key, value in fresh.items()
+        if manifest.get(key) != value
+    ]
 
 
 def _load_exact(raw: bytes) -> tuple[Any, bytes, bool]:

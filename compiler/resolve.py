@@ -536,16 +536,9 @@ class _Resolver:
             "the placement's GPUs per replica",
             ("trainer.nodes", "trainer.gpus", "inference.gpus"),
         )
-        paths = {
-            "root": root,
-            "checkpoints": posixpath.join(root, "checkpoints"),
-            "metrics": c["tracking"]["metrics_path"],
-            "rollouts": posixpath.join(root, "rollouts"),
-            "export_hf": posixpath.join(root, "export-hf"),
-            "engine_weights": posixpath.join(root, "publish"),
-            "prepared": posixpath.join(root, "prepared"),
-            "eval_snapshots": posixpath.join(root, "eval-snapshots"),
-        }
+        from compiler.paths import derived_paths
+
+        paths = derived_paths(c)
         return Resolved(c, self.prov, plan, paths, facts, fact_spans, self.explicit, self.spans)
 
     # -- facts the rules read (aggregates the rule language cannot compute) -------------

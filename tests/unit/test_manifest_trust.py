@@ -231,14 +231,42 @@ def test_runtime_execute_refuses_a_forged_command(
     assert not marker.exists()
 
 
-def test_lint_rederive_catches_a_forged_command(manifest: dict[str, Any], tmp_path: Path) -> None:
-    forged = _forge(
-        manifest, lambda m: m["commands"]["engine_argv"].__setitem__(0, ["sh", "-c", "id"])
-    )
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["commands"]["engine_argv"].__setitem__(0, ["sh", "-c", "id"]),
+        lambda m: m["commands"]["router_argv"].append("--evil"),
+        lambda m: m["paths"].__setitem__("checkpoints", "/tmp/elsewhere"),
+    ],
+    ids=["engine-argv", "router-argv", "path"],
+)
+def test_plain_lint_catches_forged_commands_and_paths(
+    manifest: dict[str, Any], tmp_path: Path, edit: Callable[[dict[str, Any]], None]
+) -> None:
     path = tmp_path / "manifest.json"
-    path.write_bytes(forged)
+    path.write_bytes(_forge(manifest, edit))
     runner = CliRunner()
-    assert runner.invoke(rlc, ["lint", str(path)]).exit_code == 0  # the fast checks only
+    for argv in (["lint", str(path)], ["lint", "--rederive", str(path)]):
+        res = runner.invoke(rlc, argv)
+        assert res.exit_code == 1 and "manifest-derived" in res.output, argv
+
+
+def test_lint_rederive_catches_a_forged_derived_value(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    """A derived config value edited consistently everywhere plain lint looks (the engine
+    command line follows it): only re-deriving from what the user wrote shows it."""
+
+    def edit(m: dict[str, Any]) -> None:
+        m["config"]["inference"]["max_total_tokens"] += 64
+        from compiler.argv import engine_argv
+
+        m["commands"]["engine_argv"] = engine_argv(m["config"], m["plan"], m["paths"])
+
+    path = tmp_path / "manifest.json"
+    path.write_bytes(_forge(manifest, edit))
+    runner = CliRunner()
+    assert runner.invoke(rlc, ["lint", str(path)]).exit_code == 0  # consistent artifacts
     res = runner.invoke(rlc, ["lint", "--rederive", str(path)])
     assert res.exit_code == 1 and "manifest-derived" in res.output
 
