@@ -10,7 +10,8 @@ includes prefill.
 Engine variants (``--variants``, one process, A/B in one GPU call) are comma-separated
 options: a mode ``eager`` or ``graph``, then ``kv_step=N`` (graph KV-length bucket, 0 = the
 whole cache row), ``prefill=N`` (prefill token budget per forward), ``compile``
-(torch.compile of the decode step) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
+(torch.compile of the decode step), ``unfused`` (the sampler runs after the graph instead
+of inside it; with graphs the engine samples inside the captured step) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
 ``math`` as the fallback for calls the fused kernel refuses). Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
@@ -66,6 +67,7 @@ class Variant:
     prefill: int = 16384
     compile: bool = False
     sdpa: str | None = None  # None: the run's --sdpa-backend
+    fused: bool | None = None  # sampling inside the step (None: the engine's default)
 
 
 def parse_variant(text: str) -> Variant:
@@ -79,6 +81,8 @@ def parse_variant(text: str) -> Variant:
         try:
             if key == "compile" and not eq:
                 v.compile = True
+            elif key == "unfused" and not eq:
+                v.fused = False
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -89,7 +93,7 @@ def parse_variant(text: str) -> Variant:
                 raise ValueError
         except ValueError:
             raise ValueError(
-                f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, "
+                f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, unfused, "
                 f"sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
@@ -202,6 +206,7 @@ def bench_engine(
         graph_kv_step=v.kv_step,
         prefill_tokens=v.prefill,
         compile_decode=v.compile,
+        fused_sampling=v.fused,
     )
     setup_s = time.perf_counter() - t0
     eng.start()

@@ -6,26 +6,47 @@
 # transformers-vs-rlc logits comparison of the export on the GPU.
 #
 #   bash benchmarks/gpu/olmoe_hf.sh        # wheels installed and PYTHONPATH set as for run_all.sh
+#   bash benchmarks/gpu/olmoe_hf.sh --dry-run   # CPU: compile the run's spec, print the steps
+#
+# The run's metrics and logs are copied to $RES (and $OUT) every 15 s while it runs and on
+# any exit (a timeout's SIGTERM included), so a cut run still shows where its time went.
 set -euo pipefail
 OUT=${OUT:-/tmp/gpu-out}
-RES=benchmarks/results/gpu/runs/olmoe-hf
-SRC=/tmp/olmoe-hf
-ROOT_DIR=/tmp/runs/olmoe-hf
-EXPORT=/tmp/olmoe-hf-export
+RES=${RES:-benchmarks/results/gpu/runs/olmoe-hf}
+SRC=${SRC:-/tmp/olmoe-hf}
+ROOT_DIR=${ROOT_DIR:-/tmp/runs/olmoe-hf}
+EXPORT=${EXPORT:-/tmp/olmoe-hf-export}
+PY=${PY:-python3}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+RUN_SETS=(--set "model.source=\"$SRC\"" --set "output.root=\"$ROOT_DIR\""
+  --set training.num_rollouts=2 --set checkpoint.interval=2 --set output.export_hf=true
+  --set trainer.packing_max_tokens=4096)
+if [[ ${1:-} == --dry-run ]]; then
+  # the checkpoint does not exist here: compile with the builtin MoE in its place
+  "$PY" -m rlc_cli.main validate specs/examples/gpu-moe.toml "${RUN_SETS[@]}" \
+    --set 'model.source="builtin:smallmoe"' --set output.export_hf=false
+  echo "would run: make_hf_checkpoint.py -> rlc run specs/examples/gpu-moe.toml ${RUN_SETS[*]} -> rlc export -> logits check"
+  exit 0
+fi
 rm -rf "$SRC" "$ROOT_DIR" "$EXPORT"
 mkdir -p "$OUT" "$RES"
+copy_logs() {
+  cp "$ROOT_DIR/metrics.jsonl" "$RES/" 2>/dev/null || true
+  cp -r "$ROOT_DIR/logs" "$RES/" 2>/dev/null || true
+  cp -r "$RES" "$OUT/" 2>/dev/null || true
+}
+trap 'exit 143' TERM INT
+(while sleep 15; do copy_logs; done) &
+COPIER=$!
+trap 'kill $COPIER 2>/dev/null || true; copy_logs' EXIT
 t0=$SECONDS
-python3 scripts/make_hf_checkpoint.py --family olmoe --out "$SRC" --d-model 1024 \
+"$PY" scripts/make_hf_checkpoint.py --family olmoe --out "$SRC" --d-model 1024 \
   --n-layers 16 --n-heads 16 --hidden 256 --experts 64 --top-k 8 --dtype bfloat16
 echo "checkpoint written in $((SECONDS - t0))s"
-python3 -m rlc_cli.main run specs/examples/gpu-moe.toml --no-progress \
-  --set "model.source=\"$SRC\"" --set "output.root=\"$ROOT_DIR\"" \
-  --set training.num_rollouts=2 --set checkpoint.interval=2 --set output.export_hf=true \
-  --set trainer.packing_max_tokens=4096
+"$PY" -m rlc_cli.main run specs/examples/gpu-moe.toml --no-progress "${RUN_SETS[@]}" 2>&1 | tee "$RES/run.log"
 echo "run finished at $((SECONDS - t0))s"
-python3 -m rlc_cli.main export "$ROOT_DIR" --out "$EXPORT"
-python3 - "$ROOT_DIR" "$EXPORT" "$RES/check.json" <<'PY'
+"$PY" -m rlc_cli.main export "$ROOT_DIR" --out "$EXPORT"
+"$PY" - "$ROOT_DIR" "$EXPORT" "$RES/check.json" <<'PY'
 import json, sys
 from pathlib import Path
 
@@ -56,7 +77,4 @@ result["replay_decisions"] = [v for m in metrics for k, v in m.items() if k.ends
 out.write_text(json.dumps(result, indent=2) + "\n")
 print(json.dumps(result, indent=2))
 PY
-cp "$ROOT_DIR/metrics.jsonl" "$RES/" 2>/dev/null || true
-cp -r "$ROOT_DIR/logs" "$RES/" 2>/dev/null || true
-cp "$RES/check.json" "$OUT/" 2>/dev/null || true
 echo "done in $((SECONDS - t0))s"

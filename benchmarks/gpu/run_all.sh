@@ -6,7 +6,8 @@
 #   bash benchmarks/gpu/run_all.sh env raw decode trainer publish
 #
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
-# decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long (see the case below). Expects the
+# decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
+# long32 startup olmoe-hf (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -119,6 +120,39 @@ for s in "$@"; do
     ;;
   long)
     stage long "${LONG_TIMEOUT:-240}" python3 benchmarks/gpu/long_context.py --contexts ${LONG_CONTEXTS:-16384 32768}
+    ;;
+  # ---- round three: sampling inside the captured step, warm-up outside the timed runs ----
+  decode3)
+    # fused (the default now) vs the sampler after the graph vs 64-entry KV buckets, and
+    # transformers' compiled static cache, same weights, one process
+    stage decode3 420 python3 benchmarks/gpu/decode.py --batch-sizes 64 256 --prompt-len 128 \
+      --new-tokens 256 --repeats 2 --variants graph,compile graph,compile,unfused \
+      graph,compile,kv_step=64 --hf static --deadline-s 380
+    ;;
+  e2e3-8 | e2e3-16)
+    # after trl-N in the same call; the warm-up collection (compile + capture) is reported
+    # apart, the compiler cache under /tmp/rlc-compile-cache carries to a later stage
+    n=${s#e2e3-}
+    stage "$s" 240 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
+      --collections 4 --publish tensor --label "dense-${n}x8" --deadline-s 220
+    ;;
+  long16 | long32)
+    ctx=$(( ${s#long} * 1024 ))
+    stage "$s" 200 python3 benchmarks/gpu/long_context.py --contexts "$ctx"
+    ;;
+  startup)
+    # cold (init cache and compiler cache empty), then warm (both hit): seconds from the
+    # command to the first collection's start; the compiler cache's shared root is local
+    # here (no shared storage on one machine), the init cache under RLC_CACHE_DIR
+    rm -rf /tmp/rlc-startup-cache /tmp/rlc-cc
+    cc='compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"'
+    stage startup-cold 200 env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 benchmarks/gpu/startup.py \
+      --label cold --timeout-s 180 --set "$cc"
+    stage startup-warm 150 env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 benchmarks/gpu/startup.py \
+      --label warm --timeout-s 130 --set "$cc"
+    ;;
+  olmoe-hf)
+    stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh
     ;;
   *)
     echo "unknown stage $s" | tee -a "$LOG"

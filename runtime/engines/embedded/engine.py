@@ -207,6 +207,7 @@ class Engine:
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
         profile: bool = False,
+        fused_sampling: bool | None = None,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -239,6 +240,10 @@ class Engine:
                 self.im.enable_cuda_graphs(kv_step=graph_kv_step)
             except UnsupportedModel as exc:
                 log.warning("CUDA graphs disabled: %s", exc)
+        # sampling inside the (compiled, captured) decode step; default: with CUDA graphs
+        self.fused_sampling = (
+            bool(self.im.graph_batch_sizes) if fused_sampling is None else fused_sampling
+        )
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
@@ -666,6 +671,9 @@ class Engine:
         )
 
     def _decode_step(self) -> None:
+        if self.fused_sampling:
+            self._fused_decode_step()
+            return
         t0 = time.perf_counter()
         running = self._running
         batch = self._batch if self._batch is not None else self._build_batch()
@@ -690,6 +698,30 @@ class Engine:
         batch.tokens = toks
         batch.positions += 1
         batch.counters += 1
+        batch.kv_len += 1
+        self._batch = batch
+        self._accept_all(running, toks, lps)
+        self.timings["decode_s"] += time.perf_counter() - t0
+
+    def _fused_decode_step(self) -> None:
+        """Forward and sampling in one step function (one graph replay on a GPU); its
+        buffers advance on the device, so a new running set is loaded only on change."""
+        t0 = time.perf_counter()
+        running = self._running
+        batch = self._batch
+        if batch is None:
+            batch = self._build_batch()
+            self.im.load_step(batch.tokens, batch.positions, batch.counters, batch.sampling)
+        toks, lps, experts = self.im.step_sampled(batch.kv_len, batch.sampling.mode)
+        self.stats["num_decode_steps"] += 1
+        if experts is not None and any(r.return_routed_experts for r in running):
+            ex = experts.to(torch.int32).cpu()
+            for i, r in enumerate(running):
+                if r.return_routed_experts:
+                    r.routed.append(ex[i : i + 1])
+        if self.profile:  # sampling is inside the step: all of it counts as forward
+            _sync(self.device)
+            self.timings["forward_s"] += time.perf_counter() - t0
         batch.kv_len += 1
         self._batch = batch
         self._accept_all(running, toks, lps)

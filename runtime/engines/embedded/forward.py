@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .sampling import SamplingBatch, sample_rows
+
 log = logging.getLogger(__name__)
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
@@ -214,6 +216,11 @@ class InferenceModel:
         self.graph_kv_step = 0
         self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, Any]] = {}
         self._graph_pool: Any = None
+        # fused decode + sampling: per-batch-bucket input buffers, graphs, compiled step
+        self._states: dict[int, StepState] = {}
+        self._live: tuple[int, int] | None = None  # (state rows, live rows)
+        self._step_graphs: dict[tuple[int, int, str], tuple[Any, Any]] = {}
+        self._compiled_step: Any = None
         self.dense_moe = False  # all-experts MoE decode (static shapes: capturable, compilable)
         self.capture_s = 0.0  # time spent compiling + capturing decode graphs
         self.k_cache: list[torch.Tensor] = []
@@ -581,6 +588,9 @@ class InferenceModel:
             t0 = time.perf_counter()
             tok = torch.zeros(bs, dtype=torch.long, device=self.device)
             pos = torch.zeros(bs, dtype=torch.long, device=self.device)
+            # the warm-up writes K/V at position 0 of slots 0..bs-1, which may be live
+            # requests' (lazy capture mid-run): keep those entries and put them back
+            kept = [c[:bs, :, 0].clone() for c in self.k_cache + self.v_cache]
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -592,6 +602,8 @@ class InferenceModel:
             # invalidate a capture that happens lazily on the scheduler thread
             with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
                 out = self.decode(tok, pos, kv_len=length)
+            for c, k in zip(self.k_cache + self.v_cache, kept, strict=True):
+                c[:bs, :, 0] = k
             self._graphs[key] = (graph, tok, pos, out)
             torch.cuda.synchronize(self.device)
             dt = time.perf_counter() - t0
@@ -638,6 +650,121 @@ class InferenceModel:
         # batch or length recompiles once with those sizes symbolic, and every later graph
         # bucket reuses that code (a static compile per bucket cost minutes on a real run)
         self._compiled = torch.compile(self._decode_impl, dynamic=None, mode=mode)
+        self._compiled_step = torch.compile(self._step_impl, dynamic=None, mode=mode)
+
+    # ---- fused decode + sampling (one graph replay per step) ---------------------------------
+
+    def load_step(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        counters: torch.Tensor,
+        sampling: SamplingBatch,
+    ) -> None:
+        """Put a new running set (slots ``0..n-1``) into the step buffers of its batch
+        bucket; ``step_sampled`` then advances them on the device, step after step."""
+        n = int(tokens.shape[0])
+        fits = [b for b in self.graph_batch_sizes if b >= n]
+        bs = min(fits) if fits else n
+        st = self._states.get(bs)
+        if st is None:
+            st = self._states[bs] = StepState.empty(bs, self.device)
+        st.load(tokens, positions, counters, sampling)
+        self._live = (bs, n)
+
+    def step_sampled(
+        self, kv_len: int, mode: str
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One decode step with sampling inside (a single graph replay when a graph fits):
+        the tokens and logprobs of the live rows, and their routed experts (MoE).
+
+        ``kv_len``: max position + 1 over the live rows (the host tracks it); ``mode``:
+        ``SamplingBatch.mode``. The returned tensors are overwritten by the next step."""
+        assert self._live is not None, "load_step first"
+        bs, n = self._live
+        bucket = None
+        if self.graph_batch_sizes:
+            bucket = graph_bucket(
+                bs, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
+            )
+        if bucket is not None and bucket[0] == bs:
+            graph, out = self._step_graph(bs, bucket[1], mode)
+            graph.replay()
+        else:
+            out = self._run_step(self._states[bs], kv_len, mode)
+        toks, lps, experts = out
+        return toks[:n], lps[:n], None if experts is None else experts[:n]
+
+    @torch.inference_mode()
+    def _run_step(
+        self, st: StepState, length: int, mode: str
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        compiled = self._compiled_step
+        if compiled is not None:
+            length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
+            try:
+                out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] = compiled(
+                    *st.tensors(), length, mode
+                )
+                return out
+            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
+                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
+                self._compiled_step = None
+        return self._step_impl(*st.tensors(), length, mode)
+
+    def _step_impl(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        counters: torch.Tensor,
+        temps: torch.Tensor,
+        greedy: torch.Tensor,
+        seeds: torch.Tensor,
+        trunc: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        length: int,
+        mode: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Forward, sample, and advance the inputs in place (next token, position, counter)."""
+        logits, experts = self._decode_impl(tokens, positions, length)
+        toks, lps = sample_rows(
+            logits, temps, greedy, seeds, counters, trunc, top_k, top_p, min_p, mode
+        )
+        tokens.copy_(toks)
+        # padding rows advance too; the clamp keeps their cache writes inside the rows
+        positions.add_(1).clamp_(max=self.cache_len - 1)
+        counters.add_(1)
+        return toks, lps, experts
+
+    def _step_graph(self, bs: int, length: int, mode: str) -> tuple[Any, Any]:
+        """Capture the fused step over the bucket's buffers; the warm-up runs advance the
+        buffers, so they are restored (their cache writes are the ones the step makes)."""
+        key = (bs, length, mode)
+        if key not in self._step_graphs:
+            t0 = time.perf_counter()
+            st = self._states[bs]
+            kept = [t.clone() for t in st.tensors()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._run_step(st, length, mode)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
+                out = self._run_step(st, length, mode)
+            for t, k in zip(st.tensors(), kept, strict=True):
+                t.copy_(k)
+            self._step_graphs[key] = (graph, out)
+            torch.cuda.synchronize(self.device)
+            dt = time.perf_counter() - t0
+            self.capture_s += dt
+            log.info(
+                "decode+sample graph batch=%d kv=%d %s captured in %.2f s", bs, length, mode, dt
+            )
+        return self._step_graphs[key]
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         """Copy one request's cache to another slot (compaction after a finish)."""
@@ -649,6 +776,62 @@ class InferenceModel:
 
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+
+
+@dataclass(eq=False)
+class StepState:
+    """Inputs of the fused decode + sampling step for ``bs`` rows: fixed buffers that a
+    captured graph reads and advances. Rows past the live ones are padding: greedy, at
+    position 0 of free slots (no request reads them)."""
+
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    counters: torch.Tensor
+    temps: torch.Tensor
+    greedy: torch.Tensor
+    seeds: torch.Tensor
+    trunc: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+
+    @classmethod
+    def empty(cls, bs: int, device: torch.device) -> StepState:
+        def z(dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(bs, dtype=dtype, device=device)
+
+        st = cls(
+            z(torch.long), z(torch.long), z(torch.long), z(torch.float32), z(torch.bool),
+            z(torch.long), z(torch.bool), z(torch.long), z(torch.float32), z(torch.float32),
+        )  # fmt: skip
+        st.pad(0)
+        return st
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (
+            self.tokens, self.positions, self.counters, self.temps, self.greedy,
+            self.seeds, self.trunc, self.top_k, self.top_p, self.min_p,
+        )  # fmt: skip
+
+    def pad(self, n: int) -> None:
+        """Rows ``n..`` become padding."""
+        for t, v in zip(self.tensors(), (0, 0, 0, 1.0, True, 0, False, -1, 1.0, 0.0), strict=True):
+            t[n:] = v
+
+    def load(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        counters: torch.Tensor,
+        sampling: SamplingBatch,
+    ) -> None:
+        n = int(tokens.shape[0])
+        rows = (sampling.row_trunc, sampling.row_top_k, sampling.row_top_p, sampling.row_min_p)
+        assert all(r is not None for r in rows), "SamplingBatch.build fills the row tensors"
+        src = (tokens, positions, counters, sampling.temps, sampling.greedy, sampling.seeds, *rows)
+        for t, v in zip(self.tensors(), src, strict=True):
+            t[:n].copy_(v)  # type: ignore[union-attr]
+        self.pad(n)
 
 
 def graph_batch_sizes(max_slots: int, sizes: list[int] | None = None) -> list[int]:

@@ -200,6 +200,18 @@ class SamplingBatch:
     top_k: torch.Tensor | None
     top_p: torch.Tensor | None
     min_p: torch.Tensor | None
+    # every row's truncation (static shapes for the fused, graph-captured step)
+    row_trunc: torch.Tensor | None = None  # (B,) bool
+    row_top_k: torch.Tensor | None = None  # (B,) int64, -1 off
+    row_top_p: torch.Tensor | None = None  # (B,) float32, 1 off
+    row_min_p: torch.Tensor | None = None  # (B,) float32, 0 off
+
+    @property
+    def mode(self) -> str:
+        """The fused step's sampler variant: ``greedy``, ``sample`` or ``truncate``."""
+        if self.all_greedy:
+            return "greedy"
+        return "sample" if self.trunc_rows is None else "truncate"
 
     @classmethod
     def build(
@@ -213,6 +225,7 @@ class SamplingBatch:
             if not greedy[i] and (p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0)
         ]
         dev = torch.device(device)
+        cut = set(trunc)
 
         def t(vals: list[Any], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(vals, dtype=dtype, device=dev)
@@ -228,6 +241,14 @@ class SamplingBatch:
             top_k=t([params[i].top_k for i in trunc], torch.int64) if trunc else None,
             top_p=t([params[i].top_p for i in trunc], torch.float32) if trunc else None,
             min_p=t([params[i].min_p for i in trunc], torch.float32) if trunc else None,
+            row_trunc=t([i in cut for i in range(len(params))], torch.bool),
+            row_top_k=t([p.top_k if i in cut else -1 for i, p in enumerate(params)], torch.int64),
+            row_top_p=t(
+                [p.top_p if i in cut else 1.0 for i, p in enumerate(params)], torch.float32
+            ),
+            row_min_p=t(
+                [p.min_p if i in cut else 0.0 for i, p in enumerate(params)], torch.float32
+            ),
         )
 
 
@@ -267,15 +288,25 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def _truncated(probs: torch.Tensor, u: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Top-k / top-p / min-p rows: sort (these rows only), keep, inverse CDF."""
     assert batch.top_k is not None and batch.top_p is not None and batch.min_p is not None
+    return _truncated_rows(probs, u, batch.top_k, batch.top_p, batch.min_p)
+
+
+def _truncated_rows(
+    probs: torch.Tensor,
+    u: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+) -> torch.Tensor:
+    """Row-wise: a row's token depends only on that row (so all rows or a subset agree)."""
     vocab = probs.shape[1]
     sorted_p, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(vocab, device=probs.device).unsqueeze(0)
-    top_k = torch.where(batch.top_k > 0, batch.top_k, vocab).unsqueeze(1)
-    keep = rank < top_k
+    keep = rank < torch.where(top_k > 0, top_k, vocab).unsqueeze(1)
     cum = sorted_p.cumsum(dim=-1)
     total = cum[:, -1:]
-    keep &= (cum - sorted_p) < batch.top_p.unsqueeze(1) * total
-    keep &= sorted_p >= (batch.min_p * sorted_p[:, 0]).unsqueeze(1)
+    keep &= (cum - sorted_p) < top_p.unsqueeze(1) * total
+    keep &= sorted_p >= (min_p * sorted_p[:, 0]).unsqueeze(1)
     keep[:, 0] = True
     kept = torch.where(keep, sorted_p, torch.zeros_like(sorted_p)).double()
     cdf = kept.cumsum(dim=-1)
@@ -314,6 +345,39 @@ def sample_batch(
             tokens[rows] = _truncated(probs[rows], u[rows], batch)
         if batch.any_greedy:
             tokens = torch.where(batch.greedy, x.argmax(dim=-1), tokens)
+    lp = x.gather(1, tokens.unsqueeze(1)).squeeze(1) - lse
+    return tokens, lp
+
+
+def sample_rows(
+    logits: torch.Tensor,
+    temps: torch.Tensor,
+    greedy: torch.Tensor,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    trunc: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    mode: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_batch`` with static shapes and no host decisions beyond ``mode`` (per-row
+    tensors instead of row subsets), so it can run inside a compiled, graph-captured decode
+    step. Same tokens and logprobs as ``sample_batch`` for the same seeds and counters:
+    dividing by a temperature of 1 is exact, truncation is row-wise, and the uniforms are
+    the same integer hash of ``(seed, counter)``."""
+    x = logits.float() / temps.unsqueeze(1)
+    m = x.amax(dim=-1, keepdim=True)
+    probs = (x - m).exp()
+    lse = m.squeeze(1) + probs.sum(dim=-1).log()
+    if mode == "greedy":
+        tokens = x.argmax(dim=-1)
+    else:
+        u = uniforms(seeds, counters)
+        tokens = _inverse_cdf(probs, u)
+        if mode == "truncate":
+            tokens = torch.where(trunc, _truncated_rows(probs, u, top_k, top_p, min_p), tokens)
+        tokens = torch.where(greedy, x.argmax(dim=-1), tokens)
     lp = x.gather(1, tokens.unsqueeze(1)).squeeze(1) - lse
     return tokens, lp
 
