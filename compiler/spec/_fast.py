@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "f4d36aac8f15f11e1434a495be4f3da9e7182bead994daa8c88cacbd05f4e29c"
+SOURCES = "190726d89dd4eaa35c9c4075c0930492a052b5e6892bd840cf2cf722fef6c55e"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:bc68100004ac5e9ec859e368d0a2e198bea374fb9a04c19f481c81ca3f9a48e2"
+SCHEMA_DIGEST = "sha256:848b9982911fdb95962565b86ce871a092800af1215df4386235f53853fec4c5"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

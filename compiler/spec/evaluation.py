@@ -55,7 +55,10 @@ class EvaluationSection(Section):
         pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$",
     )
     revision: str | None = fld(
-        None, description="background: olmo-eval commit (40 hex)", pattern=r"^[0-9a-f]{40}$"
+        None,
+        description="background: olmo-eval commit (40 hex) in the reference system; rejected "
+        "here: evaluator jobs run runtime.evaluate from the image (pin it with evaluation.image)",
+        pattern=r"^[0-9a-f]{40}$",
     )
     gpus: int = fld(1, description="background: GPUs per evaluator job", ge=1, le=8)
     cluster: str | None = fld(None, description="background: cluster", derived="launch.cluster")

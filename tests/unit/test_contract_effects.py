@@ -322,16 +322,80 @@ def test_compiler_cache_env_of_the_beaker_job(tmp_path: Path, monkeypatch: Any) 
         CompilerCache.from_config({"shared_root": "/elsewhere/tmp-1d"}, env=env)
 
 
+def test_compiler_cache_restore_off_and_publish_interval(tmp_path: Path) -> None:
+    """``restore = false`` starts from empty caches; the publisher publishes every
+    ``publish_interval_seconds`` from its thread (not only at exit)."""
+    import time
+
+    from runtime.compiler_cache import CacheSession, CompilerCache
+
+    shared = tmp_path / "tmp-7d"
+    seed = CacheSession(CompilerCache(shared_root=shared), tmp_path / "a")
+    (Path(seed.env_for("trainer")["TRITON_CACHE_DIR"]) / "k").parent.mkdir(parents=True)
+    (Path(seed.env_for("trainer")["TRITON_CACHE_DIR"]) / "k").write_bytes(b"x")
+    assert seed.publish_now() is not None
+    seed.close(publish=False)
+    fresh = CacheSession(CompilerCache(shared_root=shared, restore=False), tmp_path / "b")
+    assert fresh.restored_from is None
+    assert not list(Path(fresh.env_for("trainer")["TRITON_CACHE_DIR"]).parent.rglob("k"))
+    fresh.close(publish=False)
+    timed = CacheSession(
+        CompilerCache(shared_root=shared, publish_interval_seconds=0.2), tmp_path / "c"
+    )
+    kernel = Path(timed.env_for("engine:0")["TORCHINDUCTOR_CACHE_DIR"]) / "new.py"
+    kernel.parent.mkdir(parents=True)
+    timed.start_publisher()
+    kernel.write_text("compiled")
+    deadline = time.monotonic() + 30
+    while not timed.published and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert timed.published, "the publisher thread did not publish within its interval"
+    timed.close(publish=False)
+
+
+# ---- trainer.attention_backend ---------------------------------------------------------------
+def test_attention_backend_is_the_trainers(tmp_path: Path) -> None:
+    """The compiled backend serves the trainer's attention; flex and sdpa agree on logprobs."""
+    from runtime.models.attention import DocMaskedSDPABackend, FlexDocAttentionBackend
+    from runtime.trainer import Sample as TrainSample
+
+    out = {}
+    for backend, cls in (("sdpa", DocMaskedSDPABackend), ("flex", FlexDocAttentionBackend)):
+        cfg = TrainerConfig.from_manifest(
+            {
+                "config": {
+                    "model": {"source": "builtin:tiny"},
+                    "trainer": {"attention_backend": backend},
+                }
+            }
+        )
+        tr = Trainer(cfg)
+        kinds = {type(m) for m in tr.model.modules() if "Backend" in type(m).__name__}
+        assert kinds == {cls}, kinds
+        samples = [TrainSample([1, 2, 3], [4, 5, 6], 1.0), TrainSample([7, 8], [9, 10], -1.0)]
+        out[backend] = torch.cat(tr.compute_logprobs(samples))
+    assert torch.allclose(out["sdpa"], out["flex"], atol=1e-5)
+
+
 # ---- [tracking] W&B --------------------------------------------------------------------------
 def test_wandb_offline_run_is_written_next_to_metrics(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     from runtime.tracking import WandbSink
 
     sink = WandbSink.from_config(
-        {"wandb_mode": "offline", "wandb_project": "p", "wandb_run_name": "r", "log_interval": 2}
+        {
+            "wandb_mode": "offline",
+            "wandb_project": "p",
+            "wandb_run_name": "r",
+            "wandb_group": "g",
+            "wandb_team": "team",
+            "log_interval": 2,
+        }
     )
     run = sink.start(tmp_path / "wandb", {"name": "t"}, run_id="abc123")
     assert run is not None
+    assert (run.run.project, run.run.name, run.run.group) == ("p", "r", "g")
+    assert run.run.entity in ("team", "")  # offline runs may not keep the entity
     logged: list[int] = []
     inner_log = run.run.log
     run.run.log = lambda values, step: (logged.append(step), inner_log(values, step=step))
