@@ -1,10 +1,12 @@
 """The plan's per-GPU memory estimate, with its parts (bytes counted, GiB reported).
 
-Trainer peak = fp32 weights, grads and Adam states (sharded over the trainer world)
-+ the reference model + activations saved for backward + the larger of two backward
-phases: the LM head's (saved logits + their gradient + the log-prob chunk scratch) and,
-with recompute, one transformer block rebuilt at a time. Engine = bf16 weights + its KV
-cache + the prefill's transient + the sampler's logits.
+Trainer peak = fp32 weights and Adam states (sharded over the trainer world) + the
+reference model + what the forward saves for backward (activations; under bf16 autocast
+the bf16 weight copies the matmuls keep) + the larger of two backward phases: the LM
+head's (its weight gradient, the saved logits, their gradient and the log-prob chunk
+scratch; the other gradients do not exist yet: the trainer zeroes them to None) and the
+blocks' (all weight gradients, one block rebuilt at a time under recompute). Engine =
+bf16 weights + its KV cache + the prefill's transient + the sampler's logits.
 
 Per-token activation bytes of one block were counted on the CPU with
 ``torch.autograd.graph.saved_tensors_hooks`` on builtin models under bf16 autocast
@@ -67,10 +69,18 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
     logits = tokens * s["vocab"] * logit_bytes
     rows = min(LOGPROB_CHUNK_ROWS, tokens)
     chunks = rows * s["vocab"] * (_LOGPROB_FP32_CHUNKS * 4 + logit_bytes)
+    head_weight = s["vocab"] * s["d"]
+    # autocast's bf16 weight copies saved for backward: every matmul weight (the embedding
+    # table is looked up, not multiplied), or only the LM head's when blocks are recomputed
+    copies = 0 if not gpu else 2 * (head_weight if recompute else max(params - head_weight, 0))
+    shard = max(world, 1)
     return {
-        "weights_grads_adam": params * 16 / max(world, 1),
+        "weights_adam": params * 12 / shard,
+        "grads": params * 4 / shard,
         "reference_model": params * 4.0 if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
         "activations": float(saved),
+        "autocast_weight_copies": float(copies),
+        "head_grad": head_weight * 4 / shard,
         "logits": float(logits),
         "logits_grad": float(logits),
         "logprob_chunks": float(chunks),
@@ -79,13 +89,16 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
 
 
 def trainer_peak(parts: dict[str, float]) -> float:
-    """The head's backward and a recomputed block are not alive at the same time."""
-    head = parts["logits"] + parts["logits_grad"] + parts["logprob_chunks"]
+    """The head's backward (only its own weight gradient exists yet) and the blocks'
+    backward (every gradient, one recomputed block) are not alive at the same time."""
+    head = parts["head_grad"] + parts["logits"] + parts["logits_grad"] + parts["logprob_chunks"]
+    blocks = parts["grads"] + parts["recompute_block"]
     return (
-        parts["weights_grads_adam"]
+        parts["weights_adam"]
         + parts["reference_model"]
         + parts["activations"]
-        + max(head, parts["recompute_block"])
+        + parts["autocast_weight_copies"]
+        + max(head, blocks)
     )
 
 
@@ -122,9 +135,10 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "engine_budget_gib": None,
         "trainer_parts_gib": {},
         "engine_parts_gib": {},
-        "formula": "trainer = params*16B/world + reference + saved activations "
-        "(recompute: layers*T*4d, else layers*T*(52d+8f) bf16) + max(logits + grad + "
-        "log-prob chunks, one recomputed block); engine = params*2B/tp + KV + transients",
+        "formula": "trainer = params*12B/world + reference + saved activations "
+        "(recompute: layers*T*4d, else layers*T*(52d+8f) bf16) + bf16 weight copies + "
+        "max(head grad + logits + logits grad + log-prob chunks, params*4B/world + one "
+        "recomputed block); engine = params*2B/tp + KV + transients",
     }
     if params is None:
         return out

@@ -5,8 +5,11 @@ For each context C: ``rlc plan`` of ``specs/examples/gpu-dense.toml`` with C-tok
 prints the memory estimate; then, in one process on the GPU (the colocated placement),
 ``Trainer.train_step`` (fp32 master + bf16 autocast, FlexAttention, activation recompute)
 runs on one sample of 1K prompt + (C-1K) response tokens, and the embedded engine (bf16,
-8 slots x C) prefills a (C-512)-token prompt and decodes 256 tokens. Peaks are
-``torch.cuda.max_memory_allocated``: the trainer's alone, and trainer + engine together.
+8 slots x C) is built from the trainer's weights; with its KV cache resident one more
+GRPO step runs, then it prefills a (C-512)-token prompt and decodes 256 tokens. Peaks are
+``torch.cuda.max_memory_allocated``: the trainer's alone (steps 1-2), and trainer +
+engine together (step 3 and the decode), compared with the plan's trainer and colocated
+estimates.
 
     python3 benchmarks/gpu/long_context.py --contexts 16384 32768
     python3 benchmarks/gpu/long_context.py --dry-run    # CPU smoke: tiny model, 512 tokens
@@ -121,6 +124,16 @@ def measure(ctx: int, source: str, device: str) -> dict[str, Any]:
     )
     eng.start()
     try:
+        # colocated: a GRPO step while the engine's weights and KV cache are resident (the
+        # order of a colocated run), then decode
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        trainer.train_step([sample])
+        if cuda:
+            torch.cuda.synchronize()
+        out["colocated_update_s"] = time.perf_counter() - t0
+        out["colocated_update_peak_gib"] = _peak()
         done: list[dict[str, Any]] = []
         new = min(256, ctx // 8)
         params = SamplingParams(max_new_tokens=new, temperature=1.0, ignore_eos=True)
@@ -162,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_long_context.json").write_text(
+    name = "-".join(str(c) for c in args.contexts)
+    (args.out / f"gpu_long_context-{name}.json").write_text(
         json.dumps({"benchmark": "long_context", "source": args.source, "rows": rows}, indent=2)
     )
     nan = float("nan")

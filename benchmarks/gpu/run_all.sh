@@ -7,7 +7,7 @@
 #
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
-# long32 startup olmoe-hf (see the case below). Expects the
+# long32 startup olmoe-hf fused-test (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -122,6 +122,9 @@ for s in "$@"; do
     stage long "${LONG_TIMEOUT:-240}" python3 benchmarks/gpu/long_context.py --contexts ${LONG_CONTEXTS:-16384 32768}
     ;;
   # ---- round three: sampling inside the captured step, warm-up outside the timed runs ----
+  fused-test)  # the captured decode+sample graph against the eager step and sampler
+    stage fused-test 120 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_fused_sampling.py
+    ;;
   decode3)
     # fused (the default now) vs the sampler after the graph vs 64-entry KV buckets, and
     # transformers' compiled static cache, same weights, one process
@@ -133,8 +136,8 @@ for s in "$@"; do
     # after trl-N in the same call; the warm-up collection (compile + capture) is reported
     # apart, the compiler cache under /tmp/rlc-compile-cache carries to a later stage
     n=${s#e2e3-}
-    stage "$s" 240 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
-      --collections 4 --publish tensor --label "dense-${n}x8" --deadline-s 220
+    stage "$s" 180 python3 benchmarks/gpu/e2e.py --prompts "$n" --group 8 --new-tokens 256 \
+      --collections 4 --publish tensor --label "dense-${n}x8" --deadline-s 160
     ;;
   long16 | long32)
     ctx=$(( ${s#long} * 1024 ))

@@ -9,7 +9,7 @@ from __future__ import annotations
 BUILTIN_MODELS: dict[str, dict[str, object]] = {
     "tiny": {
         "architecture": "dense",
-        "params": 1_200_000,
+        "params": 197_184,
         "layers": 2,
         "hidden": 64,
         "kv_heads": 4,
