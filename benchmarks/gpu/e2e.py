@@ -72,6 +72,13 @@ def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> 
     return results  # type: ignore[return-value]
 
 
+def _compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (a recompile adds one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="builtin:olmo3-1b?vocab_size=100352")
@@ -226,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                     samples.append(
                         Sample(ids[p], list(r["output_ids"]), advantage=a, rollout_logprobs=lps)
                     )
+            # what the update's time may depend on: packed rows (their lengths set the
+            # FlexAttention block masks) and compiles it triggers
+            rows = trainer._rows(samples)
+            graphs0 = _compiled_graphs()
             t_score = time.perf_counter()
             metrics = trainer.train_step(samples)
             sync()
@@ -250,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                 "publication_s": t_pub - t_upd,
                 "total_s": t_pub - t_start,
                 "gen_tokens": sum(len(r["output_ids"]) for r in results),
+                "update_rows": [int(r.input_ids.numel()) for r in rows],
+                "update_new_compiled_graphs": _compiled_graphs() - graphs0,
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),
             }
