@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the decode step without torch.compile",
     )
     p.add_argument(
+        "--disable-fused-sampling",
+        dest="fused_sampling",
+        action="store_false",
+        default=None,
+        help="sample after the decode graph instead of inside it (inside is the default "
+        "with CUDA graphs)",
+    )
+    p.add_argument(
         "--hf-template",
         default=None,
         help="tokenizer directory for an OLMo-core checkpoint source (model.hf_template)",
@@ -147,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         graph_kv_step=args.cuda_graph_kv_step,
         prefill_tokens=args.prefill_tokens,
         compile_decode=args.compile_decode,
+        fused_sampling=args.fused_sampling,
     )
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}
