@@ -573,6 +573,15 @@ class _Resolver:
                 spans, "facts.env_secret_overlap", ("launch", "secrets", overlap[0]), key=True
             )
         unmounted = [w for w in weka if not any(_under(w, m) for m in mounts)]
+        deterministic = (c.get("native") or {}).get("sglang", {}).get(
+            "enable_deterministic_inference"
+        ) is True
+        if deterministic:
+            self._fact_span(
+                spans,
+                "facts.sglang_deterministic",
+                ("native", "sglang", "enable_deterministic_inference"),
+            )
         for orig, n in norm.items():  # point at an unmounted path first
             span = self._find_string_span(orig) if n in unmounted else None
             if span is not None:
@@ -697,6 +706,7 @@ class _Resolver:
             {
                 "weka_paths": weka,
                 "weka_unmounted": unmounted,
+                "sglang_deterministic": deterministic,
                 "weka_mount_paths": mounts,
                 "weka_mount_overlap": overlap_mounts,
                 "env_secret_overlap": overlap,

@@ -223,10 +223,12 @@ def _make_generator(
     """Group generation through the engine client (retries, timeouts from the manifest).
 
     ``async.submission_granularity = "group"``: the group goes out as ONE request with
-    ``n`` and a base ``sampling_seed`` (sample i uses seed + i): the pinned sglang-router
-    refuses per-sample ``sampling_params`` lists and forwards a request to one worker, so
-    the group stays on one engine (SGLang expands ``n`` into parallel samples sharing the
-    cached prompt prefix). ``"sample"``: each sample is its own request (``n = 1``, the
+    ``n`` and a base ``sampling_seed`` (the embedded engine gives sample i seed + i; SGLang
+    copies one seed to all ``n`` and honours it only under deterministic inference, which
+    the compiler refuses with "group"): the pinned sglang-router refuses per-sample
+    ``sampling_params`` lists and forwards a request to one worker, so the group stays on
+    one engine (SGLang expands ``n`` into parallel samples sharing the cached prompt
+    prefix). ``"sample"``: each sample is its own request (``n = 1``, the
     seed it would have had in the group), sent concurrently, so the router may place the
     samples of one group on different engines; the group completes when every sample is
     back. Either way a failed or aborted request is retried up to ``runtime.group_retries``

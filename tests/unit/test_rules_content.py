@@ -629,6 +629,15 @@ CASES: list[tuple[str, str, str]] = [
         GPU + '[compiler_cache]\nshared_root = "/weka/oe-training-default/cache"  # <-\n',
         GPU + '[compiler_cache]\nshared_root = "/weka/oe-training-default/cache/tmp-7d"\n',
     ),
+    (
+        "group-requests-share-a-seed",
+        f'[model]\nsource = "{SOURCES / "olmoe"}"\n[trainer]\ngpus = 1\n'
+        '[inference]\nengine = "sglang"\n'
+        "[native.sglang]\nenable_deterministic_inference = true  # <-\n",
+        f'[model]\nsource = "{SOURCES / "olmoe"}"\n[trainer]\ngpus = 1\n'
+        '[inference]\nengine = "sglang"\n[async]\nsubmission_granularity = "sample"\n'
+        "[native.sglang]\nenable_deterministic_inference = true\n",
+    ),
     # the contract: values the runtime does not honour yet
     (
         "training-algorithm-opd",
