@@ -142,6 +142,9 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
     }
     if params is None:
         return out
+    # without the model's shape (a checkpoint not readable at compile time) only the
+    # parameter-sized parts are known
+    out["shape_known"] = bool(info.get("layers")) and bool(info.get("hidden"))
     world = max(int(placement["trainer"]["world_size"]), 1)
     tp = trainer_parts(c, info, world)
     ep = engine_parts(c, info)

@@ -177,6 +177,11 @@ def _render(r: Any, result: Any) -> None:
                 ],
             )
         )
+        if not m.get("shape_known", True):
+            console.print(
+                "memory estimate: weights and optimizer states only (the model's shape was "
+                "not readable at compile time)"
+            )
         for title, parts in (
             ("trainer parts (GiB)", m.get("trainer_parts_gib") or {}),
             ("engine parts (GiB)", m.get("engine_parts_gib") or {}),
