@@ -395,7 +395,7 @@ def test_wandb_offline_run_is_written_next_to_metrics(tmp_path: Path) -> None:
     run = sink.start(tmp_path / "wandb", {"name": "t"}, run_id="abc123")
     assert run is not None
     assert (run.run.project, run.run.name, run.run.group) == ("p", "r", "g")
-    assert run.run.entity in ("team", "")  # offline runs may not keep the entity
+    assert run.run.entity == "team"  # wandb_team is the W&B entity
     logged: list[int] = []
     inner_log = run.run.log
     run.run.log = lambda values, step: (logged.append(step), inner_log(values, step=step))
