@@ -75,8 +75,8 @@ def test_static_sampler_equals_batch_sampler(params: list[SamplingParams]) -> No
         assert torch.equal(l1, l0)
 
 
-def _generate(fused: bool, compile_decode: bool = False) -> list[dict]:
-    loaded = build_tiny("dense", seed=7)
+def _generate(fused: bool, compile_decode: bool = False, kind: str = "dense") -> list[dict]:
+    loaded = build_tiny(kind, seed=7)
     eng = Engine(
         loaded,
         model_path="test",
@@ -113,7 +113,9 @@ def _generate(fused: bool, compile_decode: bool = False) -> list[dict]:
                 ignore_eos=True,
                 sampling_seed=100 + i,
             )
-            eng.submit(eng.make_request(p, sp, cb(i), return_logprob=True))
+            moe = kind != "dense"
+            req = eng.make_request(p, sp, cb(i), return_logprob=True, return_routed_experts=moe)
+            eng.submit(req)
         assert done.wait(120), "engine did not finish"
     finally:
         eng.stop()
@@ -134,6 +136,15 @@ def test_engine_fused_step_generates_the_same_tokens() -> None:
     plain = _tokens_and_logprobs(_generate(fused=False))
     fused = _tokens_and_logprobs(_generate(fused=True))
     assert fused == plain
+
+
+def test_engine_fused_step_moe_routes_the_same_experts() -> None:
+    """MoE: the experts each decoded token was routed to come out of the fused step too."""
+    plain, fused = _generate(fused=False, kind="moe"), _generate(fused=True, kind="moe")
+    assert _tokens_and_logprobs(fused) == _tokens_and_logprobs(plain)
+    for a, b in zip(plain, fused, strict=True):
+        assert a["meta_info"]["routed_experts"] == b["meta_info"]["routed_experts"]
+        assert a["meta_info"]["routed_experts"]
 
 
 def test_fused_is_the_default_with_cuda_graphs_only() -> None:
