@@ -123,7 +123,7 @@ for s in "$@"; do
     ;;
   # ---- round three: sampling inside the captured step, warm-up outside the timed runs ----
   fused-test)  # the captured decode+sample graph against the eager step and sampler
-    stage fused-test 120 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_fused_sampling.py
+    stage fused-test 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_fused_sampling.py
     ;;
   decode3)
     # fused (the default now) vs the sampler after the graph vs 64-entry KV buckets, and

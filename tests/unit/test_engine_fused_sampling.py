@@ -156,8 +156,10 @@ def test_fused_is_the_default_with_cuda_graphs_only() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_graph_fused_step_matches_separate_sampler_on_gpu() -> None:
-    """On a GPU: the captured decode+sample graph against the eager step and sampler."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_graph_fused_step_matches_separate_sampler_on_gpu(compiled: bool) -> None:
+    """On a GPU: the captured decode+sample graph (compiled or not, 64-entry KV buckets:
+    the graph attends its own bucket) against the eager step and sampler."""
 
     def run(fused: bool) -> list[tuple[list[int], list[float]]]:
         loaded = build_tiny("dense", seed=7)
@@ -169,8 +171,9 @@ def test_graph_fused_step_matches_separate_sampler_on_gpu() -> None:
             max_running_requests=4,
             context_length=96,
             cuda_graph=fused,
-            compile_decode=False,
+            compile_decode=compiled and fused,
             fused_sampling=fused,
+            graph_kv_step=64,
         )
         eng.start()
         try:
@@ -197,4 +200,4 @@ def test_graph_fused_step_matches_separate_sampler_on_gpu() -> None:
     plain, fused = run(False), run(True)
     for (ta, la), (tb, lb) in zip(plain, fused, strict=True):
         assert ta == tb
-        assert max(abs(x - y) for x, y in zip(la, lb, strict=True)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(la, lb, strict=True)) < (1e-3 if compiled else 1e-4)

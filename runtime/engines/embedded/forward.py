@@ -697,11 +697,15 @@ class InferenceModel:
 
     @torch.inference_mode()
     def _run_step(
-        self, st: StepState, length: int, mode: str
+        self, st: StepState, length: int, mode: str, *, exact: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``exact``: attend exactly ``length`` entries (a graph's own bucket, which may be
+        finer than the compiled step's default buckets: the compile is shape-dynamic after
+        its first recompile, so finer graph buckets cost captures, not compiles)."""
         compiled = self._compiled_step
         if compiled is not None:
-            length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
+            if not exact:
+                length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
             try:
                 out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] = compiled(
                     *st.tensors(), length, mode
@@ -750,11 +754,11 @@ class InferenceModel:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self._run_step(st, length, mode)
+                    self._run_step(st, length, mode, exact=True)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
-                out = self._run_step(st, length, mode)
+                out = self._run_step(st, length, mode, exact=True)
             for t, k in zip(st.tensors(), kept, strict=True):
                 t.copy_(k)
             self._step_graphs[key] = (graph, out)
