@@ -95,8 +95,11 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "launch.env": ("beaker:compiler.emit.beaker:_env_vars",),
     "launch.secrets": ("beaker:compiler.emit.beaker:_env_vars",),
     "launch.image": ("beaker:compiler.emit.beaker:_image",),
-    "launch.coordination.startup_timeout": (_RENDER,),
-    "launch.coordination.heartbeat_timeout": ("rule:heartbeat-timeout-unused",),
+    "launch.coordination.startup_timeout": (
+        _RENDER,
+        "compile:derives runtime.startup_timeout_s, the runtime's bound on coordinated starts",
+    ),
+    "launch.coordination.heartbeat_timeout": ("runtime:runtime.config:from_manifest",),
     # [training]
     "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run", _TRAINER),
     "training.algorithm": ("runtime:runtime.config:_check_honoured", "rule:training-algorithm-opd"),
@@ -321,7 +324,10 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "runtime.http_retries": ("runtime:runtime.config:ClientSettings.from_config",),
     "runtime.retry_backoff_s": ("runtime:runtime.config:ClientSettings.from_config",),
     "runtime.group_retries": ("runtime:runtime.config:ClientSettings.from_config",),
-    "runtime.startup_timeout_s": ("runtime:runtime.execute:NodeRunner.start_engines",),
+    "runtime.startup_timeout_s": (
+        "runtime:runtime.execute:NodeRunner.start_engines",
+        "rule:startup-timeout-moved",
+    ),
     "runtime.publish_timeout_s": ("runtime:runtime.config:from_manifest",),
     "runtime.publication_transport": ("runtime:runtime.config:from_manifest",),
     "runtime.weight_audit": (_DRIVER,),

@@ -426,6 +426,12 @@ class _Resolver:
         )
         self.derive("inference.seed", c["data"]["seed"], "data.seed", ("data.seed",))
         self.derive("runtime.seed", c["data"]["seed"], "data.seed", ("data.seed",))
+        self.derive(
+            "runtime.startup_timeout_s",
+            c["launch"]["coordination"]["startup_timeout"],
+            "launch.coordination.startup_timeout",
+            ("launch.coordination.startup_timeout",),
+        )
         if tr["sequence_packing"]:
             self.derive(
                 "trainer.packing_max_tokens",

@@ -226,7 +226,8 @@ class PublicationSettings:
 class RuntimeSettings:
     client: ClientSettings = field(default_factory=ClientSettings)
     publication: PublicationSettings = field(default_factory=PublicationSettings)
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 1200.0  # launch.coordination.startup_timeout
+    heartbeat_timeout_s: float = 120.0  # launch.coordination.heartbeat_timeout
     weight_audit: bool = True
     max_logprob_mismatch: float | None = None
     seed: int = 17
@@ -546,7 +547,10 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
     mm = rt.get("max_logprob_mismatch")
     runtime = RuntimeSettings(
         client=ClientSettings.from_config(rt),
-        startup_timeout_s=float(_get(rt, "startup_timeout_s", 300.0)),
+        startup_timeout_s=float(_get(rt, "startup_timeout_s", 1200.0)),
+        heartbeat_timeout_s=float(
+            _get(_sec(_sec(config, "launch"), "coordination"), "heartbeat_timeout", 120.0)
+        ),
         weight_audit=bool(_get(rt, "weight_audit", True)),
         max_logprob_mismatch=None if mm is None else float(mm),
         seed=seed,

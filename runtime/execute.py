@@ -131,6 +131,9 @@ class NodeRunner:
         self.publisher: Any = None  # set by the trainer node; dead engines are dropped from it
         self.prompts: tuple[Any, dict[str, Any]] | None = None  # (sampler, id -> prompt)
         self.on_close: list[Any] = []  # e.g. the trainer: releases its other ranks
+        self.rank_pids: Any = None  # () -> {trainer rank: pid} of this node's follower ranks
+        self.silence: Any = None  # the first peer the heartbeats found silent (the cause)
+        self.heartbeats: Any = None
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -222,14 +225,58 @@ class NodeRunner:
         )
         self.registry.register("router", self._url(port))
 
+    # ---- heartbeats ----------------------------------------------------------------------
+    def start_heartbeats(self) -> None:
+        """Beat for this node and its roles; watch the others (``runtime.heartbeat``)."""
+        from runtime.heartbeat import Heartbeats, MemoryStore, store_client
+
+        timeout = self.cfg.runtime.heartbeat_timeout_s
+        if self.ident.count == 1:
+            store: Any = MemoryStore()
+        else:
+            store = store_client(self.ident.leader_host, self.ident.registry_port, timeout)
+        self.heartbeats = Heartbeats(
+            store, self.ident.rank, self.ident.count, timeout, self._local_roles, self._silent
+        ).start()
+        self.on_close.append(self.heartbeats.stop)
+
+    def _local_roles(self) -> dict[str, int]:
+        roles = {c.name: c.pid for c in list(self.sup.children) if c.alive()}
+        if self.rank_pids is not None:
+            roles.update({f"trainer-rank:{r}": pid for r, pid in self.rank_pids().items()})
+        return roles
+
+    def _silent(self, silence: Any) -> None:
+        """A silent peer ends the run: the next health check raises it as the cause; a hung
+        process of this node is killed so that nothing stays blocked on it."""
+        from runtime.heartbeat import stop_hung
+
+        if self.silence is None:
+            self.silence = silence
+        print(f"rlc: error: {silence}", file=sys.stderr, flush=True)
+        stop_hung(silence.pid)
+
+    def failure_cause(self, exc: BaseException) -> str:
+        """The line a failed run ends with: a silent peer, when one was seen, is the cause
+        of whatever failed after it (a collective or a request to the hung process)."""
+        if self.silence is not None:
+            return str(self.silence)
+        if isinstance(exc, RunFailure):
+            return str(exc)
+        return f"{type(exc).__name__}: {exc}"
+
     def health_check(self) -> None:
         """Called at every collection boundary.
 
-        A dead engine behind the router is dropped (router, publication) and the run goes
-        on with the others (in-flight groups were already retried by the client); the run
-        fails when no engine is left or any other child died.
+        A peer whose heartbeat stopped fails the run. A dead engine behind the router is
+        dropped (router, publication) and the run goes on with the others (in-flight groups
+        were already retried by the client); the run fails when no engine is left or any
+        other child died.
         """
         from runtime.supervisor import ChildDied
+
+        if self.silence is not None:
+            raise RunFailure(str(self.silence))
 
         for child in self.sup.dead():
             lost = child.name.startswith("engine:") and self.router_port is not None
@@ -291,6 +338,7 @@ class NodeRunner:
                     is_leader=self.roles.leader,
                     timeout_s=cfg.runtime.startup_timeout_s,
                 )
+            self.start_heartbeats()
             self.start_engines()
             if self.roles.router or self.roles.trainer:
                 self.lookup_engines()
@@ -323,8 +371,8 @@ class NodeRunner:
             summary = train(self)
             outcome = "done"
             return summary
-        finally:
-            self.registry.finish(outcome, nodes=self.ident.count)
+        finally:  # a silent node will not read the outcome: no waiting for it
+            self.registry.finish(outcome, nodes=1 if self.silence else self.ident.count)
 
     def _serve_only(self) -> None:
         """A node without the trainer: serve until the trainer's node says the run is over,
@@ -369,6 +417,7 @@ class NodeRunner:
             device=cfg.trainer.device,
         )
         self.on_close.append(ranks.close)
+        self.rank_pids = ranks.pids
         while not self.stop:
             self.health_check()
             if ranks.ctx is None or ranks.ctx.wait(timeout=0) is not None:
@@ -487,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         summary = runner.run()
     except RunFailure as exc:
-        print(f"rlc: run failed: {exc}", file=sys.stderr)
+        print(f"rlc: run failed: {runner.failure_cause(exc)}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         print("rlc: interrupted", file=sys.stderr)
@@ -497,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"rlc: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"rlc: run failed: {runner.failure_cause(exc)}", file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         runner.close()

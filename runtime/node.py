@@ -27,5 +27,6 @@ class Node(Protocol):
     publisher: Any
     prompts: tuple[Any, dict[str, Any]] | None
     on_close: list[Any]
+    rank_pids: Any
 
     def health_check(self) -> None: ...

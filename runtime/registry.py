@@ -70,7 +70,7 @@ class Registry:
                 where = ", ".join(f"{r} on node {owners.get(r, '?')}" for r in missing)
                 raise RegistryError(
                     f"node {self.node}: {where} did not come up within "
-                    f"{timeout_s or self.timeout_s:.0f}s (runtime.startup_timeout_s); "
+                    f"{timeout_s or self.timeout_s:.0f}s (launch.coordination.startup_timeout); "
                     "see that node's logs"
                 )
             time.sleep(0.5)

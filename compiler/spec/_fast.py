@@ -1851,7 +1851,7 @@ def _v150(x):
     a4 = x.get("group_retries", _MISSING)
     a4 = 2 if a4 is _MISSING else _v33(a4)
     a5 = x.get("startup_timeout_s", _MISSING)
-    a5 = 300 if a5 is _MISSING else _v16(a5)
+    a5 = None if a5 is _MISSING else _v17(a5)
     a6 = x.get("publish_timeout_s", _MISSING)
     a6 = 120.0 if a6 is _MISSING else _v23(a6)
     a7 = x.get("publication_transport", _MISSING)
@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "187bd84484615bf3e61f54963c103d6d00395a4a3bea387467d490b804eb744a"
+SOURCES = "1189db35bf51da2323ac60895232a25bb8c7d1908275e8fe9d905b0a1ca07287"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:848b9982911fdb95962565b86ce871a092800af1215df4386235f53853fec4c5"
+SCHEMA_DIGEST = "sha256:0f3a544ceb49e968fa0e1cf19aff27d6a8c66b61659cceaa6c6ed499a3ca9656"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

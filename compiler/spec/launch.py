@@ -31,7 +31,12 @@ class WekaMount(Section):
 
 class Coordination(Section):
     startup_timeout: int = fld(1200, description="multi-node coordinated startup wait (s)", ge=1)
-    heartbeat_timeout: int = fld(120, description="replica heartbeat expiry (s)", ge=1)
+    heartbeat_timeout: int = fld(
+        120,
+        description="a node or role whose heartbeat is older than this (s) is hung or cut off: "
+        "the run ends with exit 3 naming it",
+        ge=1,
+    )
 
 
 class LaunchSection(Section):

@@ -13,7 +13,13 @@ class RuntimeSection(Section):
     http_retries: int = fld(3, description="retries of a failed HTTP request", ge=0)
     retry_backoff_s: float = fld(0.5, description="first retry backoff (doubles)", ge=0.0)
     group_retries: int = fld(2, description="whole-group retries of failed generations", ge=0)
-    startup_timeout_s: int = fld(300, description="seconds for engines and router to come up", ge=1)
+    startup_timeout_s: int | None = fld(
+        None,
+        description="seconds every coordinated start waits (engines, router, judges, the "
+        "role registry, the trainer ranks' rendezvous); set launch.coordination.startup_timeout",
+        derived="launch.coordination.startup_timeout",
+        ge=1,
+    )
     publish_timeout_s: float = fld(
         120.0, description="seconds for one weight publication to reach every engine", gt=0.0
     )

@@ -113,6 +113,7 @@ def _stop_all(procs: Sequence[tuple[int, subprocess.Popen[bytes], Path]]) -> Non
     live = [p for _, p, _ in procs if p.poll() is None]
     for p in live:
         os.killpg(p.pid, signal.SIGTERM)
+        os.killpg(p.pid, signal.SIGCONT)  # a stopped (hung) node takes its SIGTERM too
     deadline = time.monotonic() + GRACE_S
     for p in live:
         try:

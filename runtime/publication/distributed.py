@@ -118,6 +118,7 @@ class DistributedPublisher:
         self.logprobs: Callable[[list[int], list[int]], list[float]] | None = None
         self.group: Any = None
         self._members: list[str] = []
+        self._spent = False  # a broadcast failed: the next publication forms a new group
         self._pool = ThreadPoolExecutor(max_workers=max(len(self.urls), 1) + 1)
 
     # ---- group ---------------------------------------------------------------------------
@@ -156,9 +157,14 @@ class DistributedPublisher:
             ) from exc
         self._wait(futures, "join the weight-update group")
         self._members = list(self.urls)
+        self._spent = False
 
     def close(self) -> None:
         if self.group is not None:
+            # the trainer's side first: its sockets close, so an engine still waiting in a
+            # broadcast of a failed publication stops waiting; the group name is free again
+            with contextlib.suppress(Exception):
+                torch.distributed.destroy_process_group(self.group)
             for url in self._members:
                 with contextlib.suppress(httpx.HTTPError):
                     httpx.post(
@@ -171,8 +177,9 @@ class DistributedPublisher:
 
     # ---- publication ---------------------------------------------------------------------
     def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> TensorPublishResult:
-        if self.urls != self._members:
-            # an engine left (health check): the group of the survivors is a new group
+        if self.urls != self._members or self._spent:
+            # an engine left (health check) or a broadcast failed: the survivors form a new
+            # group (the loop republishes this version to them)
             if self.group is not None:
                 self.close()
                 self._pool = ThreadPoolExecutor(max_workers=max(len(self.urls), 1) + 1)
@@ -199,9 +206,13 @@ class DistributedPublisher:
                 self._pool.submit(self._post, url, "/update_weights_from_distributed", body)
                 for url in self.urls
             ]
-            for _, t in tensors:
-                torch.distributed.broadcast(t, src=0, group=self.group)
-                sent += t.numel() * t.element_size()
+            try:
+                for _, t in tensors:
+                    torch.distributed.broadcast(t, src=0, group=self.group)
+                    sent += t.numel() * t.element_size()
+            except Exception as exc:  # an engine died mid-broadcast: this group is spent
+                self._spent = True
+                raise PublicationError(f"broadcast of weights v{version} failed: {exc}") from exc
             self._wait(futures, f"take weights v{version}")
         for url in self.urls:
             got = engine_version(url, self.timeout_s)

@@ -482,6 +482,7 @@ def train(runner: Node) -> dict[str, Any]:
     announce = None if registry is None else functools.partial(registry.register, "trainer")
     trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
+    runner.rank_pids = getattr(trainer.inner, "rank_pids", None)  # their heartbeats
     tokenizer = trainer.tokenizer
     transport = cfg.runtime.publication.transport
     if transport == "distributed":

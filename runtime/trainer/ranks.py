@@ -71,6 +71,12 @@ class TrainerRanks:
         cause = cause_from_log(Path(log))
         return f"trainer rank {rank} died ({how}): {cause}; full log: {shown_path(Path(log))}"
 
+    def pids(self) -> dict[int, int]:
+        """Global rank -> pid of the rank processes still running (heartbeats beat for them)."""
+        if self.ctx is None or self.closed:
+            return {}
+        return {self.ranks[i]: pid for i, pid in self.ctx.pids().items()}
+
     def check(self, clean_exit_ok: bool = False, grace_s: float = 0.0) -> None:
         """Raise :class:`RankFailure` naming the first rank that is gone (failed, or any
         exit unless ``clean_exit_ok``). ``grace_s``: after a failed collective, give the
@@ -184,12 +190,15 @@ def lead_trainer(
         device=cfg.device,
     )
     try:
-        trainer = Trainer(cfg, rendezvous=Rendezvous(addr, port, 0, cfg.world_size))
+        # rank 0 watches its ranks while it waits for them (a rank that died is named)
+        rv = Rendezvous(addr, port, 0, cfg.world_size, check=ranks.check)
+        trainer = Trainer(cfg, rendezvous=rv)
     except BaseException:
         ranks.close(timeout_s=1)
         raise
     trainer.peer_check = ranks.check
     trainer.after_close = ranks.close
+    trainer.rank_pids = ranks.pids
     return trainer
 
 
@@ -204,9 +213,24 @@ def follow(manifest_path: str) -> int:
     except ManifestError as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
         return 2
-    trainer = Trainer(TrainerConfig.from_manifest(manifest))
+    _injected_failure("startup")
+    cfg = TrainerConfig.from_manifest(manifest)
+    if os.environ.get(FAIL_AT) == "loaded":  # after joining, before the first collective
+        from .distributed import init_distributed
+
+        init_distributed(cfg.device, startup_timeout_s=cfg.startup_timeout_s)
+        _injected_failure("loaded")
+    trainer = Trainer(cfg)
     trainer.follow()
     return 0
+
+
+FAIL_AT = "RLC_TEST_FAIL_RANK_AT"  # tests only: a follower that fails at a start-up point
+
+
+def _injected_failure(point: str) -> None:
+    if os.environ.get(FAIL_AT) == point:
+        raise RuntimeError(f"injected failure at {point} ({FAIL_AT})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

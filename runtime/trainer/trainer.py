@@ -36,6 +36,7 @@ from .distributed import (
     Rendezvous,
     all_reduce_grads_,
     all_reduce_scalars,
+    await_ranks,
     init_distributed,
     shutdown_distributed,
 )
@@ -86,6 +87,9 @@ class TrainerConfig:
     nodes: int = 1  # trainer nodes (HSDP replicates across them)
     max_row_tokens: int | None = None  # the longest row (fixes MoE capacity under EP)
     attention_backend: str | None = None  # None keeps the loader's ("sdpa": dense doc masks)
+    # launch.coordination.startup_timeout: the ranks' rendezvous and start-up gates, and
+    # the bound of every trainer collective (a peer gone silent fails it, not the default 30 min)
+    startup_timeout_s: float = 1800.0
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
@@ -143,6 +147,7 @@ class TrainerConfig:
             )
             or None,
             attention_backend=trainer.get("attention_backend"),
+            startup_timeout_s=float(runtime.get("startup_timeout_s") or 1800.0),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,9 +251,16 @@ class Trainer:
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         self._depth = 0
-        self.peer_check: Callable[..., None] | None = None  # rank 0: raises if a rank died
+        # rank 0: raises if a rank died (also while it waits for the ranks at start-up)
+        self.peer_check: Callable[..., None] | None = rendezvous.check if rendezvous else None
         self.after_close: Callable[[], None] | None = None  # rank 0: reap the rank processes
-        self.dist: DistInfo = init_distributed(cfg.device, rendezvous=rendezvous)
+        self.rank_pids: Callable[[], dict[int, int]] | None = None  # rank 0: its ranks' pids
+        self.dist: DistInfo = init_distributed(
+            cfg.device,
+            timeout_s=cfg.startup_timeout_s,
+            startup_timeout_s=cfg.startup_timeout_s,
+            rendezvous=rendezvous,
+        )
         if self.dist.world_size % cfg.expert_parallel:
             raise ValueError(
                 f"trainer.expert_parallel = {cfg.expert_parallel} does not divide the "
@@ -291,6 +303,9 @@ class Trainer:
         self.mesh: Any = None
         self.control: Any = None
         if self.world_size > 1:
+            # the first collectives come next: rank 0 sees every rank loaded (or names the
+            # one that died meanwhile) instead of waiting in them for a rank that is gone
+            self._gate("loaded")
             self.mesh = parallelize(
                 self.model,
                 plan_mesh(self.world_size, cfg.nodes, cfg.expert_parallel),
@@ -365,6 +380,25 @@ class Trainer:
                 TransformerActivationCheckpointingMode.selected_modules,
                 modules=["blocks.*.attention"],
             )
+
+    def _gate(self, name: str) -> None:
+        """Followers count themselves in at ``name``; rank 0 waits for all of them, polling
+        (and watching the rank processes) with the start-up timeout."""
+        store = self.dist.store
+        if store is None:
+            return
+        key = f"rlc/gate/{name}"
+        if self.rank != 0:
+            store.add(key, 1)
+            return
+        await_ranks(
+            store,
+            key,
+            self.world_size - 1,
+            self.cfg.startup_timeout_s,
+            self.peer_check,
+            what=f"reached '{name}'",
+        )
 
     @property
     def rank(self) -> int:

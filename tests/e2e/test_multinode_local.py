@@ -1,7 +1,8 @@
 """Simulated nodes: the multinode CPU example (trainer and router on node 0, two engines on
 node 1, gloo publication) as simulated nodes; kill -9 of the engine node and then of the
 trainer node, each followed by a resubmission that resumes from the newest checkpoint and
-trains on exactly the prompts the killed runs drew, none lost or repeated."""
+trains on exactly the prompts the killed runs drew, none lost or repeated; a hung (stopped)
+engine node found by its silent heartbeat."""
 
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ SPEC = ROOT / "specs" / "examples" / "multinode-cpu.toml"
 N = 4
 
 
-def compile_at(out: Path) -> Path:
+def compile_at(out: Path, *extra: str) -> Path:
     _need_runtime()
     from compiler.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     sets = [f"training.num_rollouts={N}", "checkpoint.interval=1", f'output.root="{out / "run"}"']
+    sets += extra
     return write_manifest(compile_spec(str(SPEC), sets).manifest(), out / "manifest.json")
 
 
@@ -51,8 +53,10 @@ def finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[int, str]
     return proc.returncode, out
 
 
-def kill_node_after(manifest: Path, root: Path, node: int, collections: int) -> str:
-    """Start the nodes, kill -9 ``node`` once ``collections`` are logged; the others stop."""
+def signal_node_after(
+    manifest: Path, root: Path, node: int, collections: int, sig: int = signal.SIGKILL
+) -> tuple[int, str]:
+    """Start the nodes, signal ``node`` once ``collections`` are logged; the others stop."""
     proc = launch(manifest)
     assert proc.stdout is not None
     pids: dict[int, int] = {}
@@ -69,8 +73,12 @@ def kill_node_after(manifest: Path, root: Path, node: int, collections: int) -> 
         time.sleep(0.2)
     import os
 
-    os.kill(pids[node], signal.SIGKILL)
-    code, out = finish(proc)
+    os.kill(pids[node], sig)
+    return finish(proc)
+
+
+def kill_node_after(manifest: Path, root: Path, node: int, collections: int) -> str:
+    code, out = signal_node_after(manifest, root, node, collections)
     assert code != 0 and f"node {node} exited with code -9: killed by SIGKILL" in out, out
     return out
 
@@ -96,3 +104,21 @@ def test_multinode_run_survives_kill9_of_each_node(tmp_path: Path) -> None:
     seen = [pid for r in got for pid in r["prompt_ids"]]
     assert len(seen) == len(set(seen))
     assert [r["policy_version"] for r in got] == list(range(1, N + 1))
+
+
+def test_hung_engine_node_is_named_by_its_silent_heartbeat(tmp_path: Path) -> None:
+    """SIGSTOP of the engine node's process: nothing exits (its engines even keep serving),
+    but its heartbeats stop; the leader ends the run with exit 3 naming the node and how
+    long it was silent, and keeps the newest checkpoint for the resubmission."""
+    from runtime.checkpoints import latest_complete
+
+    manifest = compile_at(
+        tmp_path, "training.num_rollouts=40", "launch.coordination.heartbeat_timeout=4"
+    )
+    root = tmp_path / "run"
+    code, out = signal_node_after(manifest, root, node=1, collections=1, sig=signal.SIGSTOP)
+    assert code == 3, out[-3000:]
+    failed = next(ln for ln in out.splitlines() if "node 0 exited with code 3" in ln)
+    assert "node 1 sent no heartbeat for" in failed and "heartbeat_timeout = 4s" in failed, out
+    assert latest_complete(root / "checkpoints") is not None
+    assert len(records(root)) < 40

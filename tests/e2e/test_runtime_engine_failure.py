@@ -1,4 +1,5 @@
-"""Engine failures: a dead engine behind the router is survived (group retry + drop), a
+"""Engine failures: a dead engine behind the router is survived (group retry + drop; the
+weight-update group of distributed publication is re-formed without it), a
 lone engine's death fails the run clearly with exit 3."""
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ def _finish(proc, timeout: float = 120) -> str:  # type: ignore[no-untyped-def]
     return out
 
 
-def test_engine_killed_behind_router_run_continues(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["disk", "distributed"])
+def test_engine_killed_behind_router_run_continues(tmp_path: Path, transport: str) -> None:
+    """With distributed publication the weight-update group is re-formed with the survivor."""
     manifest = compile_manifest(
-        tmp_path, (*SMALL, "training.num_rollouts=5", "inference.max_response_length=8")
+        tmp_path,
+        (
+            *SMALL,
+            "training.num_rollouts=5",
+            "inference.max_response_length=8",
+            f'runtime.publication_transport="{transport}"',
+            *(['inference.placement="disaggregated"'] if transport == "distributed" else []),
+        ),
     )
     root = tmp_path / "run"
     proc = start(manifest)

@@ -102,3 +102,21 @@ def test_trainer_over_two_simulated_nodes(tmp_path: Path) -> None:
     assert {r["trainer/world_size"] for r in got} == {2.0}
     step = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]
     assert (step / "dist").is_dir() and (step / "rng-rank1.pt").is_file()
+
+
+def test_follower_lost_at_startup_is_named_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower that exits before joining: rank 0 stops waiting for it (bounded by the
+    start-up timeout, watching the rank processes) and the run ends with exit 3 naming
+    the rank and its log, not after the 30-minute default of torch.distributed."""
+    manifest = compile_manifest(
+        tmp_path, (*SMALL, "training.num_rollouts=1", "trainer.cpu_processes=2")
+    )
+    monkeypatch.setenv("RLC_TEST_FAIL_RANK_AT", "startup")
+    code, out = run(manifest, timeout=120)
+    assert code == 3, out[-3000:]
+    line = next(ln for ln in out.splitlines() if ln.startswith("rlc: run failed"))
+    assert "trainer rank 1 died (exit code 3)" in line, line
+    assert "injected failure at startup" in line and "full log:" in line, line
+    assert not records(tmp_path / "run")

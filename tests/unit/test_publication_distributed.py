@@ -98,3 +98,43 @@ def test_unreachable_rendezvous_fails_with_the_engine_cause(engines):
     with pytest.raises(PublicationError):
         pub.connect()
     pub.close()
+
+
+def test_engine_killed_in_the_group_then_survivors_regroup(engines, tmp_path):
+    """kill -9 of an engine that is in the weight-update group: the next publication fails
+    as a PublicationError (no hang, no raw collective error); once the dead engine is
+    dropped (the node's health check does it) the survivor forms a new group and loads."""
+    import os
+    import signal
+
+    port = free_port("127.0.0.1")
+    doomed = start_embedded(
+        "engine-test:dense",
+        port=port,
+        log_path=tmp_path / "doomed.log",
+        max_running_requests=2,
+        threads=1,
+    )
+    pub = DistributedPublisher(
+        [engines[0], f"http://127.0.0.1:{port}"],
+        20,
+        master_address="127.0.0.1",
+        master_port=free_port("127.0.0.1"),
+        backend="gloo",
+        bucket_bytes=64 * 1024,
+        audit=False,
+    )
+    try:
+        pub.publish(fresh_state(21), 7)
+        assert doomed.pid is not None
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.stop(grace=1.0)
+        with pytest.raises(PublicationError):
+            pub.publish(fresh_state(22), 8)
+        pub.urls = [engines[0]]  # what NodeRunner.health_check does with a dead engine
+        pub.publish(fresh_state(22), 8)
+        assert httpx.get(engines[0] + "/get_weight_version").json()["weight_version"] == "8"
+        pub.audit(fresh_state(22))
+    finally:
+        pub.close()
+        doomed.stop(grace=1.0)

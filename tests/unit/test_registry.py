@@ -44,3 +44,88 @@ def test_local_nodes_count_must_match_the_plan(tmp_path, capsys) -> None:
     path = write_manifest(manifest, tmp_path / "m.json")
     assert main([str(path), "--nodes", "3"]) == 2
     assert "--local-nodes 3, but the plan has 2 node(s)" in capsys.readouterr().err
+
+
+def _wait(cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.1)
+
+
+NODE_1 = """
+import sys, time
+from runtime.heartbeat import Heartbeats, store_client
+port = int(sys.argv[1])
+Heartbeats(store_client("127.0.0.1", port, 2.0), 1, 2, 2.0, dict, print).start()
+time.sleep(120)
+"""
+
+
+def test_a_stopped_node_is_declared_silent_by_the_leader() -> None:
+    """Node 1 is a real process beating into the leader's store; SIGSTOP it (a hung node:
+    no exit for a process watch to see) and the leader reports it with its silence."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from runtime.heartbeat import Heartbeats, store_client
+
+    port = free_port("127.0.0.1")
+    host = Registry("127.0.0.1", port, node=0, is_leader=True, timeout_s=10)  # noqa: F841
+    child = subprocess.Popen([sys.executable, "-c", NODE_1, str(port)])
+    seen: list = []
+    leader = Heartbeats(store_client("127.0.0.1", port, 2.0), 0, 2, 2.0, dict, seen.append)
+    leader.interval_s = 0.2
+    leader.start()
+    try:
+        probe = store_client("127.0.0.1", port, 5.0)
+        _wait(lambda: probe.add("hb/1/node:1", 0) > 1, 30)
+        assert not seen  # beating: nothing to report
+        os.kill(child.pid, signal.SIGSTOP)
+        _wait(lambda: bool(seen), 15)
+        assert seen[0].name == "node:1" and seen[0].silent_s > 2.0
+        assert str(seen[0]).startswith("node 1 sent no heartbeat for")
+        assert "launch.coordination.heartbeat_timeout = 2s" in str(seen[0])
+    finally:
+        leader.stop()
+        child.kill()
+        os.kill(child.pid, signal.SIGCONT)
+        child.wait()
+
+
+def test_a_stopped_role_of_this_node_is_named_and_killed() -> None:
+    """A role (here a real child process standing for an engine) beats through its node
+    while it runs; stopped, it goes silent, is named, and the node kills it so nothing
+    stays blocked on it."""
+    import os
+    import signal
+    import subprocess
+
+    from runtime.heartbeat import Heartbeats, MemoryStore, stop_hung
+
+    child = subprocess.Popen(["sleep", "120"])
+    seen: list = []
+
+    def on_silent(s) -> None:  # type: ignore[no-untyped-def]
+        seen.append(s)
+        stop_hung(s.pid)
+
+    hb = Heartbeats(MemoryStore(), 0, 1, 1.0, lambda: {"engine:1": child.pid}, on_silent)
+    hb.interval_s = 0.2
+    hb.start()
+    try:
+        _wait(lambda: hb.store.add("hb/0/engine:1", 0) > 2, 10)
+        assert not seen
+        os.kill(child.pid, signal.SIGSTOP)
+        _wait(lambda: bool(seen), 10)
+        assert str(seen[0]).startswith("engine:1 on node 0 sent no heartbeat for")
+        assert seen[0].pid == child.pid
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        hb.stop()
+        child.kill()
+        child.wait()

@@ -650,9 +650,9 @@ CASES: list[tuple[str, str, str]] = [
         ASYNC + 'publication_mode = "refresh"\n',
     ),
     (
-        "heartbeat-timeout-unused",
-        "[launch.coordination]\nheartbeat_timeout = 60  # <-\n",
-        "[launch.coordination]\nstartup_timeout = 600\n",
+        "startup-timeout-moved",
+        "[runtime]\nstartup_timeout_s = 60  # <-\n",
+        "[launch.coordination]\nstartup_timeout = 600\nheartbeat_timeout = 60\n",
     ),
     (
         "evaluation-revision-unused",
