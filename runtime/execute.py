@@ -134,6 +134,7 @@ class NodeRunner:
         self.rank_pids: Any = None  # () -> {trainer rank: pid} of this node's follower ranks
         self.silence: Any = None  # the first peer the heartbeats found silent (the cause)
         self.heartbeats: Any = None
+        self.finished = False  # this node's part of the run ended without a failure
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -238,7 +239,7 @@ class NodeRunner:
         self.heartbeats = Heartbeats(
             store, self.ident.rank, self.ident.count, timeout, self._local_roles, self._silent
         ).start()
-        self.on_close.append(self.heartbeats.stop)
+        self.on_close.append(lambda: self.heartbeats.stop(finished=self.finished))
 
     def _local_roles(self) -> dict[str, int]:
         roles = {c.name: c.pid for c in list(self.sup.children) if c.alive()}
@@ -357,10 +358,14 @@ class NodeRunner:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()
         if not self.roles.trainer:
-            return self._serve_only()
+            self._serve_only()
+            self.finished = True
+            return None
         if self.ident.rank != min(cfg.placement.trainer_nodes):
             try:
-                return self._follow_trainer()
+                self._follow_trainer()
+                self.finished = True
+                return None
             finally:
                 self.registry.acknowledge()  # the leader need not wait for this node
         from runtime.rollout.driver import train
@@ -370,6 +375,7 @@ class NodeRunner:
         try:
             summary = train(self)
             outcome = "done"
+            self.finished = True
             return summary
         finally:  # a silent node will not read the outcome: no waiting for it
             self.registry.finish(outcome, nodes=1 if self.silence else self.ident.count)

@@ -116,7 +116,7 @@ class Silence:
         )
         return (
             f"{what} sent no heartbeat for {self.silent_s:.1f}s "
-            f"(launch.coordination.heartbeat_timeout = {self.timeout_s:g}s): hung or cut off"
+            f"(launch.coordination.heartbeat_timeout = {self.timeout_s:g}s): hung, gone or cut off"
         )
 
 
@@ -146,10 +146,15 @@ class Heartbeats:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, finished: bool = False) -> None:
+        """Stop beating; ``finished``: this node is done with the run (it is not watched
+        any more, so a node that ends first is not taken for a silent one)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 1.0)
+        if finished:
+            with contextlib.suppress(Exception):
+                self.store.set(f"hb/left/{self.node}", "done")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -190,6 +195,8 @@ class Heartbeats:
     def _watched(self) -> list[tuple[int, str]]:
         out: list[tuple[int, str]] = []
         for node in range(self.nodes):
+            if node != self.node and self.store.check([f"hb/left/{node}"]):
+                continue
             if node != self.node:
                 out.append((node, f"node:{node}"))
             key = f"hb/roles/{node}"
