@@ -10,8 +10,8 @@ includes prefill.
 Engine variants (``--variants``, one process, A/B in one GPU call) are comma-separated
 options: a mode ``eager`` or ``graph``, then ``kv_step=N`` (graph KV-length bucket, 0 = the
 whole cache row), ``prefill=N`` (prefill token budget per forward), ``compile``
-(torch.compile of the decode step), ``unfused`` (the sampler runs after the graph instead
-of inside it; with graphs the engine samples inside the captured step) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
+(torch.compile of the decode step), ``fused`` (the sampler runs inside the captured step
+instead of after the graph; opt-in in the engine until measured here) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
 ``math`` as the fallback for calls the fused kernel refuses). Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
@@ -67,7 +67,7 @@ class Variant:
     prefill: int = 16384
     compile: bool = False
     sdpa: str | None = None  # None: the run's --sdpa-backend
-    fused: bool | None = None  # sampling inside the step (None: the engine's default)
+    fused: bool = False  # sampling inside the captured step (the engine: opt-in)
 
 
 def parse_variant(text: str) -> Variant:
@@ -81,8 +81,8 @@ def parse_variant(text: str) -> Variant:
         try:
             if key == "compile" and not eq:
                 v.compile = True
-            elif key == "unfused" and not eq:
-                v.fused = False
+            elif key == "fused" and not eq:
+                v.fused = True
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -93,7 +93,7 @@ def parse_variant(text: str) -> Variant:
                 raise ValueError
         except ValueError:
             raise ValueError(
-                f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, unfused, "
+                f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
                 f"sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:

@@ -126,10 +126,10 @@ for s in "$@"; do
     stage fused-test 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_fused_sampling.py
     ;;
   decode3)
-    # fused (the default now) vs the sampler after the graph vs 64-entry KV buckets, and
+    # the sampler after the graph (the default) vs inside it (fused) vs 64-entry KV buckets, and
     # transformers' compiled static cache, same weights, one process
     stage decode3 420 python3 benchmarks/gpu/decode.py --batch-sizes 64 256 --prompt-len 128 \
-      --new-tokens 256 --repeats 2 --variants graph,compile graph,compile,unfused \
+      --new-tokens 256 --repeats 2 --variants graph,compile graph,compile,fused \
       graph,compile,kv_step=64 --hf static --deadline-s 380
     ;;
   e2e3-8 | e2e3-16)

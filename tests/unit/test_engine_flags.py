@@ -35,9 +35,9 @@ def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     assert args.cuda_graph is False and args.compile_decode is None
     args = build_parser().parse_args([*on[3:], "--disable-compile-decode"])
     assert args.cuda_graph is None and args.compile_decode is False
-    assert args.fused_sampling is None  # the engine decides: inside the graph when it has one
-    args = build_parser().parse_args([*on[3:], "--disable-fused-sampling"])
-    assert args.fused_sampling is False
+    assert args.fused_sampling is False  # opt-in until the captured path is measured on a GPU
+    args = build_parser().parse_args([*on[3:], "--fused-sampling"])
+    assert args.fused_sampling is True
 
 
 def test_engine_defaults_follow_the_device() -> None:

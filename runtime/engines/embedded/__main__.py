@@ -80,12 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the decode step without torch.compile",
     )
     p.add_argument(
-        "--disable-fused-sampling",
+        "--fused-sampling",
         dest="fused_sampling",
-        action="store_false",
-        default=None,
-        help="sample after the decode graph instead of inside it (inside is the default "
-        "with CUDA graphs)",
+        action="store_true",
+        help="sample inside the compiled, captured decode step (one graph replay per step); "
+        "off by default until measured on a GPU",
     )
     p.add_argument(
         "--hf-template",

@@ -207,7 +207,7 @@ class Engine:
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
         profile: bool = False,
-        fused_sampling: bool | None = None,
+        fused_sampling: bool = False,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -240,10 +240,9 @@ class Engine:
                 self.im.enable_cuda_graphs(kv_step=graph_kv_step)
             except UnsupportedModel as exc:
                 log.warning("CUDA graphs disabled: %s", exc)
-        # sampling inside the (compiled, captured) decode step; default: with CUDA graphs
-        self.fused_sampling = (
-            bool(self.im.graph_batch_sizes) if fused_sampling is None else fused_sampling
-        )
+        # sampling inside the (compiled, captured) decode step: opt-in until the captured
+        # path has been measured on a GPU (docs/benchmarks.md, GPU round three)
+        self.fused_sampling = fused_sampling
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
