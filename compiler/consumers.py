@@ -220,11 +220,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "async.producer_budget": ("runtime:runtime.rollout.driver:rollout_concurrency",),
     "async.unused_sample_handler": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
     "async.submission_granularity": ("runtime:runtime.rollout.driver:submission_granularity",),
-    "async.publication_mode": (
-        _DRIVER,  # "refresh": RefreshPublisher around the transport, per-token versions
-        "runtime:runtime.config:_check_honoured",
-        "rule:publication-mode-unsupported",  # "engine_drain"
-    ),
+    "async.publication_mode": (_DRIVER,),  # RefreshPublisher / EngineDrainPublisher
     # [checkpoint]
     "checkpoint.interval": ("runtime:runtime.rollout.driver:_manager",),
     "checkpoint.keep_last": ("runtime:runtime.checkpoints.manager:CheckpointManager.prune",),

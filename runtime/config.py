@@ -481,12 +481,6 @@ def _check_honoured(config: dict[str, Any]) -> None:
     if algorithm not in (None, "grpo"):
         raise ConfigError(f"training.algorithm = {algorithm!r} is not implemented (only 'grpo')")
     asy = _sec(config, "async")
-    publication_mode = asy.get("publication_mode") or "barrier"
-    if publication_mode not in ("barrier", "refresh"):
-        raise ConfigError(
-            f"async.publication_mode = {publication_mode!r} is not implemented "
-            "(only 'barrier' and 'refresh')"
-        )
     submission_granularity = asy.get("submission_granularity") or "group"
     if submission_granularity not in ("group", "sample"):
         raise ConfigError(

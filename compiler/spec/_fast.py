@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "1189db35bf51da2323ac60895232a25bb8c7d1908275e8fe9d905b0a1ca07287"
+SOURCES = "8bc33853d0d8f3c0d870bdb8f379633d796e9d34418d22e89072d689401088cc"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:0f3a544ceb49e968fa0e1cf19aff27d6a8c66b61659cceaa6c6ed499a3ca9656"
+SCHEMA_DIGEST = "sha256:d0594261b89d26439561cad0fedacc24f94b8d456a339e31e21697897990e8ec"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",

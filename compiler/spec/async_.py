@@ -55,6 +55,7 @@ class AsyncSection(Section):
         "finish on the old weights, then the fleet loads); refresh (engines retract "
         "in-flight generations, load, recompute their KV under the new weights and decode "
         "on; each token keeps the version and logprob it was sampled with, a group ages by "
-        "its oldest token, TIS corrects); engine_drain (experimental, not implemented by "
-        "the runtime yet)",
+        "its oldest token, TIS corrects); engine_drain (experimental: engines leave the "
+        "router one at a time, finish what they admitted on their version, load and "
+        "rejoin; the others keep serving, no response spans two versions)",
     )

@@ -107,6 +107,8 @@ ENGINE_ENDPOINTS: dict[str, str | None] = {
     # refresh publication: retract in-flight requests, load, recompute their KV, continue
     "/pause_generation": None,
     "/continue_generation": None,
+    # engine_drain publication: an engine out of the router is idle when both are zero
+    "/v1/loads": None,
     # rlc's device checksum (embedded engine); the audit reads weights by name on SGLang
     "/get_weight_checksum": "/get_weights_by_name",
 }

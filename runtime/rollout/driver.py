@@ -503,11 +503,16 @@ def train(runner: Node) -> dict[str, Any]:
     if isinstance(publisher, TensorPublisher) or transport == "distributed":
         # share the trainer's own (device) tensors; NCCL broadcasts from the GPU
         trainer.publication_device = next(trainer.inner.model.parameters()).device
-    refresh = cfg.async_.enabled and cfg.async_.publication_mode == "refresh"
-    if refresh:
+    mode = cfg.async_.publication_mode if cfg.async_.enabled else "barrier"
+    if mode == "refresh":
         from runtime.publication.refresh import RefreshPublisher
 
         publisher = RefreshPublisher(publisher, cfg.runtime.publication.timeout_s)
+    elif mode == "engine_drain":
+        from runtime.publication.drain import EngineDrainPublisher
+
+        router = runner.gen_url if runner.gen_url not in runner.engine_urls else None
+        publisher = EngineDrainPublisher(publisher, router, cfg.runtime.publication.timeout_s)
     runner.publisher = publisher
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
@@ -573,7 +578,7 @@ def train(runner: Node) -> dict[str, Any]:
             failure_policy=cfg.failure_policy,
             concurrency=rollout_concurrency(cfg),
             shaping=Shaping.from_config(cfg.config.get("rewards") or {}),
-            token_versions=refresh,
+            token_versions=mode != "barrier",
         ),
     )
     metrics = MetricsWriter(cfg.paths.metrics)

@@ -41,7 +41,6 @@ def _cfg(tmp_path: Path, **sections: dict[str, Any]) -> Any:
     ("section", "values"),
     [
         ("training", {"algorithm": "opd"}),
-        ("async", {"publication_mode": "engine_drain"}),
     ],
 )
 def test_unhonoured_values_are_refused_before_anything_starts(

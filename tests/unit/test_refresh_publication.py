@@ -137,25 +137,38 @@ def test_the_sample_is_aged_by_its_oldest_token_and_tis_uses_the_recorded_logpro
     assert train_sample.rollout_logprobs == recorded
     trainer_lp = torch.tensor([_input_logprobs(engine_url, PROMPT, out)])
     rollout = torch.tensor([train_sample.rollout_logprobs])
-    mask = torch.ones_like(trainer_lp)
     cfg = GRPOConfig(off_policy_correction="tis", tis_clip=2.0)
-    _, sums = grpo_loss(
-        trainer_lp.clone().requires_grad_(True),
-        advantages=torch.ones_like(trainer_lp),
-        mask=mask,
-        old_logp=None,
-        rollout_logp=rollout,
-        ref_logp=None,
-        entropy=None,
-        cfg=cfg,
-        token_divisor=1.0,
-    )
-    want = sum(
+
+    def tis_sum(mask: torch.Tensor) -> float:
+        _, sums = grpo_loss(
+            trainer_lp.clone().requires_grad_(True),
+            advantages=torch.ones_like(trainer_lp),
+            mask=mask,
+            old_logp=None,
+            rollout_logp=rollout,
+            ref_logp=None,
+            entropy=None,
+            cfg=cfg,
+            token_divisor=1.0,
+        )
+        return float(sums["tis_weight"])
+
+    want = [
         min(math.exp(t - r), 2.0) for t, r in zip(trainer_lp[0].tolist(), recorded, strict=True)
-    )
-    assert float(sums["tis_weight"]) == pytest.approx(want, rel=1e-5)
-    # the v1 tail carries weight ~1, the v0 head does not
-    assert float(sums["tis_weight"]) != pytest.approx(len(out), rel=1e-3)
+    ]
+    assert tis_sum(torch.ones_like(trainer_lp)) == pytest.approx(sum(want), rel=1e-5)
+    # the v1 tail was sampled by the policy the trainer holds: weight 1 per token
+    tail = torch.zeros_like(trainer_lp)
+    tail[0, k:] = 1.0
+    assert tis_sum(tail) == pytest.approx(len(out) - k, rel=1e-3)
+    # the v0 head is corrected by its historical probabilities, token by token
+    head = []
+    for i in range(min(k, 16)):
+        one = torch.zeros_like(trainer_lp)
+        one[0, i] = 1.0
+        head.append(tis_sum(one))
+    assert head == pytest.approx(want[: len(head)], rel=1e-5)
+    assert max(abs(w - 1.0) for w in head) > 1e-2
 
 
 def test_in_process_retract_keeps_tokens_and_seeded_stream():

@@ -480,6 +480,12 @@ CASES: list[tuple[str, str, str]] = [
         ASYNC + 'publication_mode = "refresh"\n[inference]\nrouter = true\n',
     ),
     (
+        "engine-drain-transport",
+        ASYNC
+        + 'publication_mode = "engine_drain"  # <-\n[runtime]\npublication_transport = "distributed"\n',
+        ASYNC + 'publication_mode = "engine_drain"\n[runtime]\npublication_transport = "tensor"\n',
+    ),
+    (
         "engine-drain-experimental",
         ASYNC + 'publication_mode = "engine_drain"  # <-\n',
         ASYNC + 'publication_mode = "barrier"\n',
@@ -643,11 +649,6 @@ CASES: list[tuple[str, str, str]] = [
         "training-algorithm-opd",
         '[training]\nalgorithm = "opd"  # <-\n',
         '[training]\nalgorithm = "grpo"\n',
-    ),
-    (
-        "publication-mode-unsupported",
-        ASYNC + 'publication_mode = "engine_drain"  # <-\n',
-        ASYNC + 'publication_mode = "refresh"\n',
     ),
     (
         "startup-timeout-moved",

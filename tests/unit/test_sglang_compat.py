@@ -75,9 +75,12 @@ def flags(wheel: Path) -> set[str]:
 def routes(wheel: Path) -> set[str]:
     """Paths of sglang's HTTP server: route decorators and add_api_route calls."""
     with zipfile.ZipFile(wheel) as z:
-        tree = ast.parse(z.read("sglang/srt/entrypoints/http_server.py").decode())
+        trees = [
+            ast.parse(z.read(f"sglang/srt/entrypoints/{name}.py").decode())
+            for name in ("http_server", "v1_loads")  # v1_loads: a router the app includes
+        ]
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         calls = []
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
@@ -144,9 +147,9 @@ def test_the_endpoint_table_covers_what_the_runtime_calls() -> None:
         called.update(re.findall(r"_request\(\"[A-Z]+\", \"(/[a-z_]+)\"", text))
         called.update(re.findall(r"\.(?:get|post)\(\"(/[a-z_]+)\"", text))
         called.update(re.findall(r"\"(/(?:init|update|destroy|get)_weights?_[a-z_]+)\"", text))
-        called.update(re.findall(r"\"(/(?:pause|continue)_generation)\"", text))
+        called.update(re.findall(r"\"(/(?:pause|continue)_generation|/v1/loads)\"", text))
     assert called - {"/workers"} <= set(ENGINE_ENDPOINTS), called - set(ENGINE_ENDPOINTS)
-    assert {"/pause_generation", "/continue_generation"} <= called
+    assert {"/pause_generation", "/continue_generation", "/v1/loads"} <= called
 
 
 def _wheel_source(wheel: Path, member: str) -> str:
@@ -186,3 +189,24 @@ def test_refresh_publication_uses_the_pause_api_the_wheel_has(wheel: Path) -> No
     for key in ('"version": span.version', '"start": span.start', '"end": min(span.end'):
         assert key in wv
     assert set(version_spans(["1"], "1")[0]) == {"version", "start", "end"}
+
+
+def test_engine_drain_reads_the_load_report_the_wheel_has(wheel: Path) -> None:
+    """EngineDrainPublisher waits for ``/v1/loads?include=core`` to show no running and no
+    waiting request: both are core fields of sglang's LoadSnapshot, listed under ``loads``."""
+    from runtime.publication.drain import LOADS
+
+    src = _wheel_source(wheel, "sglang/srt/managers/load_snapshot.py")
+    tree = ast.parse(src)
+    (snap,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "LoadSnapshot"
+    ]
+    fields = {
+        n.target.id
+        for n in snap.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    assert {"num_running_reqs", "num_waiting_reqs"} <= fields
+    assert '"core"' in src and "_SECTION_FIELDS" in src
+    loads = _wheel_source(wheel, "sglang/srt/entrypoints/v1_loads.py")
+    assert f'@router.get("{LOADS}")' in loads and '"loads": loads' in loads

@@ -299,6 +299,17 @@ async def get_load(request: web.Request) -> web.Response:
     return web.json_response([{"dp_rank": 0, "num_reqs": sum(load.values()), **load}])
 
 
+async def v1_loads(request: web.Request) -> web.Response:
+    """SGLang's ``/v1/loads`` (core section): per-rank running and waiting requests."""
+    engine = request.app[ENGINE_KEY]
+    load = engine.load()
+    return web.json_response(
+        {
+            "loads": [{"dp_rank": 0, **load, "max_running_requests": engine.max_running}],
+        }
+    )
+
+
 async def get_weight_version(request: web.Request) -> web.Response:
     return web.json_response({"weight_version": request.app[ENGINE_KEY].weight_version})
 
@@ -404,6 +415,7 @@ def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     r.add_get("/get_server_info", get_server_info)
     r.add_get("/server_info", get_server_info)
     r.add_get("/get_load", get_load)
+    r.add_get("/v1/loads", v1_loads)
     r.add_get("/get_weight_version", get_weight_version)
     r.add_get("/get_weight_checksum", get_weight_checksum)
     r.add_post("/abort_request", abort_request)
