@@ -50,6 +50,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "model.dtype": (
         _ENGINE_ARGV,
         "runtime:runtime.publication.tensor:TensorPublisher._engine_dtype",
+        _TRAINER,
     ),
     "model.num_params": ("compile:sizes the plan's memory-fit estimate",),
     # [data]

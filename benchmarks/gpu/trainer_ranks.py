@@ -1,7 +1,8 @@
 """GRPO update tokens/s through the trainer-rank launcher (one process per GPU).
 
 Compiles ``specs/examples/gpu-dense.toml`` (or ``gpu-moe.toml`` with ``--moe``) with
-``trainer.gpus = --gpus`` and ``trainer.expert_parallel = --ep``, then builds trainer rank 0
+``trainer.gpus = --gpus`` and ``trainer.expert_parallel = --ep`` (``--kl``: a KL term, so the
+frozen reference is sharded and run too), then builds trainer rank 0
 exactly as ``runtime.execute`` does (``runtime.trainer.ranks.lead_trainer``: the other ranks
 are started by torch elastic and follow rank 0) and times ``train_step`` on the batch of
 ``benchmarks/trainer_step.py`` (32 samples of 512 + ~1536 tokens, rows of <= 8192 tokens).
@@ -12,6 +13,9 @@ line; under 3 minutes on one H200:
     python3 benchmarks/gpu/trainer_ranks.py --gpus 1
     python3 benchmarks/gpu/trainer_ranks.py --gpus 2            # FSDP over 2 GPUs
     python3 benchmarks/gpu/trainer_ranks.py --gpus 2 --moe --ep 2
+
+``--gpus 0`` checks the same path on CPU (gloo ranks, ``trainer.cpu_processes``, the tiny
+builtin models, a small batch): ``python3 benchmarks/gpu/trainer_ranks.py --gpus 0 --moe --ep 2``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,12 @@ def main() -> int:
     ap.add_argument("--spec", type=Path, default=None, help="another spec (e.g. a CPU one)")
     ap.add_argument("--set", action="append", default=[], dest="sets", help="more overrides")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--kl", type=float, default=0.0, help="optimizer.kl_coef (reference model)")
+    ap.add_argument("--cpu-processes", type=int, default=2, help="ranks with --gpus 0")
     args = ap.parse_args()
+    if args.gpus == 0:  # the CPU check: tiny models, a batch a 2-core machine trains in seconds
+        args.samples, args.prompt_len, args.response_len = 8, 16, 48
+        args.steps, args.warmup = 2, 1
 
     import torch
     from trainer_step import make_samples
@@ -66,7 +75,18 @@ def main() -> int:
     spec = ROOT / "specs" / "examples" / ("gpu-moe.toml" if args.moe else "gpu-dense.toml")
     sets = [f"trainer.expert_parallel={args.ep}", "trainer.packing_max_tokens=8192"]
     sets.append("trainer.activation_recompute=false")  # as benchmarks/trainer_step.py
-    if args.spec is None:
+    if args.kl:
+        sets.append(f"optimizer.kl_coef={args.kl}")
+    if args.spec is None and args.gpus == 0:
+        model = "builtin:tiny-moe" if args.moe else "builtin:tiny"
+        spec = ROOT / "specs" / "examples" / "quickstart.toml"
+        sets += [
+            f"trainer.cpu_processes={args.cpu_processes}",
+            f'model.source="{model}"',
+            "trainer.packing_max_tokens=256",
+            "output.export_hf=false",  # the builtin MoE has no HF form
+        ]
+    elif args.spec is None:
         spec_sets = [f"trainer.gpus={args.gpus}", "inference.max_context_length=2560"]
         sets += spec_sets + (['inference.placement="disaggregated"'] if args.gpus > 1 else [])
         if not args.moe:  # the model of docs/benchmarks.md section 1
@@ -103,6 +123,8 @@ def main() -> int:
                 "model": manifest["config"]["model"]["source"],
                 "world_size": world,
                 "expert_parallel": args.ep,
+                "kl_coef": args.kl,
+                "device": str(trainer.device),
                 "tokens_per_step": tokens,
                 "step_s": round(step, 4),
                 "tokens_per_s": round(tokens / step, 1),

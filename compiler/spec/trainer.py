@@ -74,7 +74,8 @@ class TrainerSection(Section):
     fp32_lm_head: bool = fld(False, description="compute the LM head in float32")
     router_aux_loss_coef: float = fld(
         0.0,
-        description="MoE load-balancing loss weight",
+        description="MoE load-balancing loss weight (over the whole global batch: expert counts "
+        "of every row and rank, gathered by one forward without gradient per update when > 0)",
         aliases=("trainer.router_aux_loss_weight",),
         ge=0.0,
     )
@@ -85,10 +86,10 @@ class TrainerSection(Section):
         ge=0.0,
     )
     router_aux_loss_reduction: Literal["token", "response"] = fld(
-        "token", description="how the aux loss averages"
+        "token", description="tokens the aux loss averages over: all, or response tokens only"
     )
     router_z_loss_reduction: Literal["token", "response"] = fld(
-        "token", description="how the z-loss averages"
+        "token", description="tokens the z-loss averages over (global batch): all, or responses"
     )
     router_replay: bool = fld(
         False,

@@ -87,6 +87,7 @@ def device_checksum(state: Mapping[str, torch.Tensor], dtype: torch.dtype | None
             meta.append(
                 f"{name}\0{str(t.dtype).removeprefix('torch.')}\0{json.dumps(list(t.shape))}"
             )
+            del t  # a gathered (sharded trainer's) tensor goes before the next is gathered
     h = hashlib.sha256()
     for m, s in zip(meta, sums, strict=True):
         h.update(m.encode())

@@ -24,9 +24,16 @@ import torch
 
 from .audit import WeightAuditError, _audit_sglang
 from .disk import PublicationError, engine_version
-from .tensor import DEFAULT_BUCKET_BYTES, TensorPublishResult, buckets
+from .tensor import DEFAULT_BUCKET_BYTES, TensorPublishResult, bucket_plan, gather
 
 GROUP_NAME = "weight_update_group"
+
+
+def _layer(name: str) -> str:
+    """``blocks.N`` for a layer's tensors (converted to engine names together), else the
+    name: OLMo-core's HF converter maps a layer's tensors among themselves."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "blocks" and len(parts) > 2 else name
 
 
 def init_weight_group(
@@ -113,6 +120,7 @@ class DistributedPublisher:
         self.bucket_bytes = bucket_bytes
         self.do_audit = audit
         # the engine's names: SGLang loads HF names, the embedded engine OLMo-core's
+        self.converts = convert is not None
         self.convert = convert or (lambda sd: sd)
         # trainer logprobs of (prompt, response): the audit of engines that cannot show weights
         self.logprobs: Callable[[list[int], list[int]], list[float]] | None = None
@@ -186,34 +194,11 @@ class DistributedPublisher:
                 self.master_port += 1
             self.connect()
         t0 = time.monotonic()
-        state_dict = self.convert(state_dict)
-        groups = list(buckets(state_dict, self.bucket_bytes))
+        # one bucket gathered (a sharded trainer), converted and cast at a time, then dropped
+        plan = bucket_plan(state_dict, self.bucket_bytes, _layer if self.converts else None)
         sent = 0
-        for i, group in enumerate(groups):
-            last = i == len(groups) - 1
-            tensors = [(n, self._cast(t)) for n, t in group]
-            body: dict[str, Any] = {
-                "names": [n for n, _ in tensors],
-                "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
-                "shapes": [list(t.shape) for _, t in tensors],
-                "group_name": GROUP_NAME,
-                "flush_cache": last,
-                "abort_all_requests": False,
-            }
-            if last:
-                body["weight_version"] = str(version)
-            futures = [
-                self._pool.submit(self._post, url, "/update_weights_from_distributed", body)
-                for url in self.urls
-            ]
-            try:
-                for _, t in tensors:
-                    torch.distributed.broadcast(t, src=0, group=self.group)
-                    sent += t.numel() * t.element_size()
-            except Exception as exc:  # an engine died mid-broadcast: this group is spent
-                self._spent = True
-                raise PublicationError(f"broadcast of weights v{version} failed: {exc}") from exc
-            self._wait(futures, f"take weights v{version}")
+        for i, names in enumerate(plan):
+            sent += self._send(state_dict, names, version, last=i == len(plan) - 1)
         for url in self.urls:
             got = engine_version(url, self.timeout_s)
             if got != str(version):
@@ -222,8 +207,55 @@ class DistributedPublisher:
                 )
         t1 = time.monotonic()
         if self.do_audit:
-            self.audit(state_dict, converted=True)
-        return TensorPublishResult(version, len(groups), sent, t1 - t0, time.monotonic() - t1)
+            self.audit(state_dict)
+        return TensorPublishResult(version, len(plan), sent, t1 - t0, time.monotonic() - t1)
+
+    def _send(
+        self, state: Mapping[str, torch.Tensor], names: list[str], version: int, *, last: bool
+    ) -> int:
+        """Gather, convert, cast and broadcast one bucket; its tensors go when this returns."""
+        group = gather(state, names)
+        if self.converts:
+            group = list(self.convert(dict(group)).items())
+        tensors = [(n, self._cast(t)) for n, t in group]
+        del group
+        body: dict[str, Any] = {
+            "names": [n for n, _ in tensors],
+            "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in tensors],
+            "shapes": [list(t.shape) for _, t in tensors],
+            "group_name": GROUP_NAME,
+            "flush_cache": last,
+            "abort_all_requests": False,
+        }
+        if last:
+            body["weight_version"] = str(version)
+        futures = [
+            self._pool.submit(self._post, url, "/update_weights_from_distributed", body)
+            for url in self.urls
+        ]
+        sent = 0
+        try:
+            for _, t in tensors:
+                torch.distributed.broadcast(t, src=0, group=self.group)
+                sent += t.numel() * t.element_size()
+        except Exception as exc:  # an engine died mid-broadcast: this group is spent
+            self._spent = True
+            raise PublicationError(f"broadcast of weights v{version} failed: {exc}") from exc
+        self._wait(futures, f"take weights v{version}")
+        return sent
+
+    def _served_on_host(
+        self, state_dict: Mapping[str, torch.Tensor], converted: bool
+    ) -> dict[str, torch.Tensor]:
+        """What the engines should serve, under their names and dtype, in host memory
+        (built a bucket at a time: no second full copy on the trainer's device)."""
+        if converted or not self.converts:
+            return {n: self._cast(t).cpu() for n, t in state_dict.items()}
+        out: dict[str, torch.Tensor] = {}
+        for names in bucket_plan(state_dict, self.bucket_bytes, _layer):
+            for n, t in self.convert(dict(gather(state_dict, names))).items():
+                out[n] = self._cast(t).cpu()
+        return out
 
     def _cast(self, t: torch.Tensor) -> torch.Tensor:
         t = t.detach()
@@ -258,20 +290,22 @@ class DistributedPublisher:
         ``/get_weights_by_name`` (leading values of a few tensors) otherwise."""
         from .checksum import device_checksum
 
-        if not converted:
-            state_dict = self.convert(state_dict)
         want: str | None = None
+        served: dict[str, torch.Tensor] | None = None
         for url in self.urls:
             r = httpx.get(
                 f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
             )
             if r.status_code == 404:  # SGLang: its own endpoints, then behaviour
-                served = {n: self._cast(t) for n, t in state_dict.items()}
+                if served is None:
+                    served = self._served_on_host(state_dict, converted)
                 _audit_sglang(url, served, self.logprobs, self.timeout_s)
                 continue
             r.raise_for_status()
-            if want is None:
-                want = device_checksum(state_dict, dtype=self.dtype)
+            if want is None:  # one tensor gathered at a time
+                want = device_checksum(
+                    state_dict if converted else self.convert(state_dict), dtype=self.dtype
+                )
             got = str(r.json().get("checksum"))
             if got != want:
                 raise WeightAuditError(

@@ -17,7 +17,7 @@ fallback and the path to engines on other nodes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,21 +43,61 @@ class TensorPublishResult:
     audit_s: float
 
 
+def nbytes(state: Mapping[str, torch.Tensor], name: str) -> int:
+    """Size of entry ``name`` as published; a lazily gathered state (the sharded trainer's
+    ``PublishedState``) knows it without gathering."""
+    sized = getattr(state, "nbytes", None)
+    if callable(sized):
+        return int(sized(name))
+    t = state[name]
+    return t.numel() * t.element_size()
+
+
+def bucket_plan(
+    state: Mapping[str, torch.Tensor],
+    bucket_bytes: int,
+    unit: Callable[[str], str] | None = None,
+) -> list[list[str]]:
+    """Names in consecutive groups of at most ``bucket_bytes`` (a larger unit is a bucket
+    alone). ``unit`` maps a name to a key; consecutive names with one key never part (a
+    name converter that needs a whole layer gets it in one bucket)."""
+    units: list[list[str]] = []
+    key: object = object()
+    for name in state:
+        k = unit(name) if unit is not None else name
+        if not units or k != key:
+            units.append([])
+            key = k
+        units[-1].append(name)
+    plan: list[list[str]] = []
+    size = 0
+    for names in units:
+        n = sum(nbytes(state, x) for x in names)
+        if plan and plan[-1] and size + n <= bucket_bytes:
+            plan[-1].extend(names)
+            size += n
+        else:
+            plan.append(list(names))
+            size = n
+    return plan
+
+
+def gather(
+    state: Mapping[str, torch.Tensor], names: Sequence[str]
+) -> list[tuple[str, torch.Tensor]]:
+    """The entries ``names``: one collective gather for a sharded trainer's state."""
+    many = getattr(state, "gather", None)
+    values = many(list(names)) if callable(many) else [state[n] for n in names]
+    return list(zip(names, values, strict=True))
+
+
 def buckets(
     state: Mapping[str, torch.Tensor], bucket_bytes: int
 ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of at most ``bucket_bytes`` (a larger tensor is a bucket alone)."""
-    group: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, t in state.items():
-        n = t.numel() * t.element_size()
-        if group and size + n > bucket_bytes:
-            yield group
-            group, size = [], 0
-        group.append((name, t))
-        size += n
-    if group:
-        yield group
+    """Consecutive groups of at most ``bucket_bytes``, each gathered when reached: drop a
+    bucket before taking the next and at most one is held."""
+    for names in bucket_plan(state, bucket_bytes):
+        yield gather(state, names)
 
 
 def _float_dtype(name: str | None) -> torch.dtype | None:
@@ -118,11 +158,15 @@ class TensorPublisher:
 
     def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> TensorPublishResult:
         t0 = time.monotonic()
-        groups = list(buckets(state_dict, self.bucket_bytes))
+        plan = bucket_plan(state_dict, self.bucket_bytes)
+        size = 0
+        for i, names in enumerate(plan):  # one bucket gathered at a time, sent to every engine
+            group = gather(state_dict, names)
+            size += sum(t.numel() * t.element_size() for _, t in group)
+            for url in self.urls:
+                self._post(url, group, version, i == len(plan) - 1)
+            del group
         for url in self.urls:
-            for i, group in enumerate(groups):
-                last = i == len(groups) - 1
-                self._post(url, group, version, last)
             got = engine_version(url, self.timeout_s)
             if got != str(version):
                 raise PublicationError(
@@ -131,8 +175,7 @@ class TensorPublisher:
         t1 = time.monotonic()
         if self.do_audit:
             self.audit(state_dict)
-        size = sum(t.numel() * t.element_size() for t in state_dict.values())
-        return TensorPublishResult(version, len(groups), size, t1 - t0, time.monotonic() - t1)
+        return TensorPublishResult(version, len(plan), size, t1 - t0, time.monotonic() - t1)
 
     def _post(
         self, url: str, group: list[tuple[str, torch.Tensor]], version: int, last: bool

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -165,10 +165,9 @@ class TrainerAdapter:
     def train_step(self, samples: Sequence[Sample]) -> dict[str, Any]:
         return dict(self.inner.train_step(self._convert(samples)))
 
-    def state_dict_for_publication(self, dtype: Any = None) -> dict[str, Any]:
-        return dict(
-            self.inner.state_dict_for_publication(dtype=dtype, device=self.publication_device)
-        )
+    def state_dict_for_publication(self, dtype: Any = None) -> Mapping[str, Any]:
+        # gathered when read (a bucket at a time by the publishers): never made a dict here
+        return self.inner.state_dict_for_publication(dtype=dtype, device=self.publication_device)
 
     def export_hf(self, out_dir: Path) -> None:
         from runtime.models import export_hf

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ class TrainerLike(Protocol):
 
     def train_step(self, samples: Sequence[Sample]) -> dict[str, Any]: ...
 
-    def state_dict_for_publication(self) -> dict[str, Any]: ...
+    def state_dict_for_publication(self) -> Mapping[str, Any]: ...
 
 
 class TrackerLike(Protocol):

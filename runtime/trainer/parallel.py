@@ -162,3 +162,36 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     if isinstance(t, DTensor):  # an expert weight: FSDP over its EP-sharded value
         t = t.full_tensor()
     return t
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free every gathered FSDP parameter of ``model`` (keep only this rank's shards)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
+def local_param_bytes(model: torch.nn.Module) -> int:
+    """Bytes of parameters this rank holds: local shards of sharded ones, whole others."""
+    total = 0
+    for p in model.parameters():
+        t: torch.Tensor = p
+        while isinstance(t, DTensor):
+            t = t.to_local()
+        total += t.numel() * t.element_size()
+    return total
+
+
+def mixed_precision(model: torch.nn.Module) -> set[tuple[str, str]]:
+    """``(param_dtype, reduce_dtype)`` of every FSDP unit of ``model`` (the policy objects
+    OLMo-core gave ``fully_shard``): what the trainer computes and reduces gradients in."""
+    from torch.distributed.fsdp import FSDPModule
+
+    out = set()
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            policy = m._get_fsdp_state()._mp_policy
+            out.add((str(policy.param_dtype), str(policy.reduce_dtype)))
+    return out

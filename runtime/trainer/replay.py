@@ -13,8 +13,12 @@ replaying). Everything after ``get_top_k`` (weight normalisation, token dispatch
 capacity MLP, the CPU fallbacks of ``runtime.models.moe_cpu``) is untouched.
 
 Auxiliary losses are computed here rather than by OLMo-core (whose built-in ones average
-over every token of a microbatch and add up across microbatches), so the trainer can weight
-them per row and restrict them to response tokens (``reduction="response"``).
+over every token of a microbatch and add up across microbatches, so their value depends on
+how samples are packed into rows and split over ranks). The trainer takes both over the whole
+global batch: the z-loss is a token mean, and the load-balancing loss uses the expert counts
+of the whole batch (``expert_counts``, summed over rows and ranks before the update) with each
+row adding its scores (``batch_load_balancing_loss``); either may be restricted to response
+tokens (``reduction="response"``). ``router_losses`` keeps OLMo-core's row-local form.
 """
 
 from __future__ import annotations
@@ -275,3 +279,55 @@ def router_losses(
                 start=torch.zeros((), device=token_mask.device),
             ) / max(len(records), 1)
     return aux, z
+
+
+def _normalised_scores(record: RouterRecord, router: Any) -> torch.Tensor:
+    from olmo_core.nn.moe.router import MoERouterGatingFunction
+
+    assert record.scores is not None
+    scores = _flat(record.scores).float()
+    if router.gating_function == MoERouterGatingFunction.sigmoid:
+        scores = scores / scores.sum(-1, keepdim=True)
+    return scores
+
+
+def expert_counts(
+    records: Sequence[RouterRecord], routers: Sequence[Any], mask: torch.Tensor
+) -> torch.Tensor:
+    """``(moe_layers, num_experts)`` executed assignments of the ``mask``ed tokens of a row."""
+    rows = []
+    for rec, r in zip(records, routers, strict=True):
+        assert rec.indices is not None
+        m = mask.to(rec.indices.device).reshape(-1)
+        idx = _flat(rec.indices)[m].reshape(-1)
+        rows.append(torch.bincount(idx, minlength=int(r.num_experts)).to(torch.float64))
+    return torch.stack(rows) if rows else torch.zeros(0, 0, dtype=torch.float64)
+
+
+def batch_load_balancing_loss(
+    records: Sequence[RouterRecord],
+    routers: Sequence[Any],
+    mask: torch.Tensor,
+    counts: torch.Tensor,
+    total_tokens: float,
+) -> torch.Tensor:
+    """One row's share of the global batch's load-balancing loss, mean over MoE layers.
+
+    Per layer ``E/K * sum_e (C_e / N) * (S_e / N)``: ``C_e`` the batch's executed assignments
+    of expert ``e`` (``counts``), ``S_e`` the sum of its gate scores over the ``mask``ed tokens,
+    ``N`` the batch's masked token count. The batch loss is the sum of the rows' shares, so it
+    (and its gradient) does not depend on how samples are packed or split over ranks; with the
+    whole batch in one row it equals OLMo-core's loss (``load_balancing_loss``).
+    """
+    n = max(float(total_tokens), 1.0)
+    out = torch.zeros((), device=mask.device)
+    with torch.autocast(mask.device.type, enabled=False):
+        for layer, (rec, r) in enumerate(zip(records, routers, strict=True)):
+            scores = _normalised_scores(rec, r)
+            m = mask.to(scores.device).reshape(-1)
+            s = scores[m].sum(0)
+            assert rec.indices is not None
+            top_k = rec.indices.shape[-1]
+            freq = (counts[layer].to(s.device, s.dtype)) / n
+            out = out + (float(r.num_experts) / top_k) * torch.dot(freq, s) / n
+    return out / max(len(records), 1)

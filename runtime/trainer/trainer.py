@@ -37,14 +37,31 @@ from .distributed import (
     all_reduce_grads_,
     all_reduce_scalars,
     await_ranks,
+    all_reduce_sum_,
     init_distributed,
     shutdown_distributed,
 )
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
 from .logprobs import token_logprobs
 from .packing import IGNORE, PackedRow, pack_samples, pad_row
-from .parallel import clip_grad_norm_, full_tensor, parallelize, plan_mesh
-from .replay import REDUCTIONS, as_routed_experts, moe_routers, router_losses, router_tap
+from .parallel import (
+    clip_grad_norm_,
+    full_tensor,
+    local_param_bytes,
+    parallelize,
+    plan_mesh,
+    reshard,
+)
+from .publish import PublishedState
+from .replay import (
+    REDUCTIONS,
+    as_routed_experts,
+    batch_load_balancing_loss,
+    expert_counts,
+    moe_routers,
+    router_losses,
+    router_tap,
+)
 from .schedule import lr_multiplier
 from .split import split_indices
 from .types import Sample
@@ -148,6 +165,7 @@ class TrainerConfig:
             or None,
             attention_backend=trainer.get("attention_backend"),
             startup_timeout_s=float(runtime.get("startup_timeout_s") or 1800.0),
+            bf16_autocast=_compute_bf16(model.get("dtype")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,6 +190,16 @@ def _fp32_lm_head(model: torch.nn.Module) -> None:
             return inner(x.float(), *args, **kwargs)
 
     head.forward = forward
+
+
+def _compute_bf16(dtype: Any) -> bool | None:
+    """``model.dtype`` picks the trainer's compute dtype: bf16 compute (FSDP's param_dtype
+    and autocast) over fp32 master weights, or fp32 throughout; None: by device."""
+    if dtype is None:
+        return None
+    if dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"model.dtype must be bfloat16 or float32, not {dtype!r}")
+    return dtype == "bfloat16"
 
 
 def _min_lr_ratio(opt: dict[str, Any]) -> float:
@@ -282,17 +310,21 @@ class Trainer:
                 f"trainer.row_specialization = {cfg.row_specialization!r} is not 'dynamic' "
                 "or 'static'"
             )
-        if cfg.fp32_lm_head:
-            _fp32_lm_head(self.model)
         if cfg.attention_backend is not None:
             set_attention_backend(self.model, cfg.attention_backend)
         self._configure_router_losses()
+        # the KL reference is the starting model, frozen; copied before any method patch
+        # (a patched forward would be shared by the copy)
         self.ref_model: torch.nn.Module | None = None
         if cfg.grpo.kl_coef > 0:
             self.ref_model = copy.deepcopy(self.model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
             self.ref_model.to(self.device)
+        if cfg.fp32_lm_head:
+            for m in (self.model, self.ref_model):
+                if m is not None:
+                    _fp32_lm_head(m)
         if cfg.activation_recompute:
             self._apply_activation_recompute()
         self.model.to(self.device)
@@ -306,15 +338,23 @@ class Trainer:
             # the first collectives come next: rank 0 sees every rank loaded (or names the
             # one that died meanwhile) instead of waiting in them for a rank that is gone
             self._gate("loaded")
+            plan = plan_mesh(self.world_size, cfg.nodes, cfg.expert_parallel)
+            row = cfg.max_row_tokens or cfg.packing_max_tokens or DEFAULT_PACKING_MAX_TOKENS
             self.mesh = parallelize(
                 self.model,
-                plan_mesh(self.world_size, cfg.nodes, cfg.expert_parallel),
+                plan,
                 self.device,
                 param_dtype=self.autocast_dtype,
-                max_row_tokens=cfg.max_row_tokens
-                or cfg.packing_max_tokens
-                or DEFAULT_PACKING_MAX_TOKENS,
+                max_row_tokens=row,
             )
+            if self.ref_model is not None:  # sharded like the policy, on the same mesh
+                parallelize(
+                    self.ref_model,
+                    plan,
+                    self.device,
+                    param_dtype=self.autocast_dtype,
+                    max_row_tokens=row,
+                )
             self.control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in self.params if p.ndim >= 2]
@@ -339,6 +379,8 @@ class Trainer:
                 min_ratio=cfg.min_lr_ratio,
             ),
         )
+        self._batch_counts: torch.Tensor | None = None  # the batch's expert assignments
+        self._state_refs: dict[str, torch.Tensor] | None = None  # views of the weights
         self.step = 0
         self.policy_version = 0
 
@@ -507,6 +549,23 @@ class Trainer:
         logp, ent = _token_logprobs(logits[0], pos, targets, want_entropy)
         return logp, ent, pos, tap
 
+    @torch.no_grad()
+    def _reference_logprobs(self, row: PackedRow) -> torch.Tensor | None:
+        """Logprobs under the frozen reference (None without one). Sharded, every module is
+        resharded after the forward: FSDP keeps the root and the LM head gathered after a
+        forward (for the backward a frozen model never runs), which would leave a full
+        embedding and LM head per rank."""
+        if self.ref_model is None:
+            return None
+        logp, _, _, _ = self._forward_selected(self.ref_model, row, False)
+        if self.mesh is not None:
+            reshard(self.ref_model)
+        return logp
+
+    def reference_param_bytes(self) -> int:
+        """Bytes of reference-model parameters this rank holds (its shards when sharded)."""
+        return 0 if self.ref_model is None else local_param_bytes(self.ref_model)
+
     # ------------------------------------------------------------------ public API
     @collective
     @torch.no_grad()
@@ -565,13 +624,16 @@ class Trainer:
         divisor = max(counts["tokens"], 1.0)
         want_aux, want_z = self.aux_loss_coef > 0, self.z_loss_coef > 0
         want_entropy = True
+        self._batch_counts = self._expert_counts(rows) if want_aux else None
         sums = {k: 0.0 for k in (*METRIC_SUMS, "rollout_tokens")}
         sums.update(mismatches=0.0, decisions=0.0, aux_loss=0.0, z_loss=0.0)
         ratio_max, ratio_min = -math.inf, math.inf
         seq_tokens = 0
         for padded in self._padded(rows):
             if padded is None:  # keep in step with busier ranks; contributes nothing
-                logp, _, _, _ = self._forward_selected(self.model, self._filler(), False)
+                filler = self._filler()
+                logp, _, _, _ = self._forward_selected(self.model, filler, False)
+                self._reference_logprobs(filler)  # a sharded reference forward is collective
                 (logp.sum() * 0.0).backward()
                 continue
             row = padded
@@ -580,10 +642,7 @@ class Trainer:
             )
             sums["mismatches"] += tap.mismatches
             sums["decisions"] += tap.decisions
-            ref_logp = None
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    ref_logp, _, _, _ = self._forward_selected(self.ref_model, row, False)
+            ref_logp = self._reference_logprobs(row)
 
             def at(t: torch.Tensor, pos: torch.Tensor = pos) -> torch.Tensor:
                 return t.to(self.device).index_select(0, pos)
@@ -667,6 +726,34 @@ class Trainer:
         metrics["trainer/expert_parallel"] = float(self.cfg.expert_parallel)
         return metrics
 
+    def _router_mask(self, row: PackedRow, reduction: str) -> torch.Tensor:
+        """The tokens a router loss averages over: all of the row's, or its responses'."""
+        if reduction == "token":
+            mask = torch.ones(row.num_tokens, dtype=torch.bool, device=self.device)
+            mask[row.real_tokens :] = False  # static padding is not routed work
+            return mask
+        resp = row.response_mask if row.response_mask is not None else row.targets != IGNORE
+        return resp.to(self.device)
+
+    @torch.no_grad()
+    def _expert_counts(self, rows: list[PackedRow]) -> torch.Tensor:
+        """The global batch's executed expert assignments per MoE layer (every row of every
+        rank, replayed where replaying), for the batch-level load-balancing loss: a forward
+        without gradient before the update, run only when that loss has a weight."""
+        total = torch.zeros(
+            len(self.routers), int(self.routers[0].num_experts), dtype=torch.float64
+        )
+        total = total.to(self.device)
+        for row in self._padded(rows):
+            live = row is not None
+            row = row if row is not None else self._filler()
+            _, _, _, tap = self._forward_selected(self.model, row, False, collect=True)
+            if live:
+                mask = self._router_mask(row, self.cfg.router_aux_loss_reduction)
+                total += expert_counts(tap.records, self.routers, mask).to(total.device)
+        all_reduce_sum_([total])
+        return total
+
     def _router_loss(
         self,
         row: PackedRow,
@@ -674,58 +761,69 @@ class Trainer:
         counts: dict[str, float],
         sums: dict[str, float],
     ) -> torch.Tensor:
-        """Weighted router aux/z losses of one row, scaled so the batch total is a
-        token-weighted mean of row-local losses (over all tokens or response tokens)."""
+        """This row's share of the global batch's router losses (weighted): summed over rows
+        and ranks they are the batch's load-balancing loss and token-mean z-loss, whatever
+        the packing and split (see ``runtime.trainer.replay``)."""
         cfg = self.cfg
-        token_mask = torch.ones(row.num_tokens, dtype=torch.bool, device=self.device)
-        token_mask[row.real_tokens :] = False  # static padding is not routed work
-        resp = row.response_mask if row.response_mask is not None else row.targets != IGNORE
-        response_mask = resp.to(self.device)
-        aux, z = router_losses(
-            records,
-            self.routers,
-            token_mask,
-            response_mask,
-            aux_reduction=cfg.router_aux_loss_reduction,
-            z_reduction=cfg.router_z_loss_reduction,
-            want_aux=self.aux_loss_coef > 0,
-            want_z=self.z_loss_coef > 0,
-        )
 
-        def share(reduction: str) -> float:
-            if reduction == "token":
-                return row.real_tokens / max(counts["all_tokens"], 1.0)
-            return _response_count(row) / max(counts["resp_tokens"], 1.0)
+        def tokens(reduction: str) -> float:
+            key = "all_tokens" if reduction == "token" else "resp_tokens"
+            return max(counts[key], 1.0)
 
         total = torch.zeros((), device=self.device)
-        if aux is not None:
-            w = share(cfg.router_aux_loss_reduction)
-            sums["aux_loss"] += float(aux.detach()) * w
-            total = total + self.aux_loss_coef * w * aux
-        if z is not None:
-            w = share(cfg.router_z_loss_reduction)
+        if self.aux_loss_coef > 0:
+            assert self._batch_counts is not None
+            aux = batch_load_balancing_loss(
+                records,
+                self.routers,
+                self._router_mask(row, cfg.router_aux_loss_reduction),
+                self._batch_counts,
+                tokens(cfg.router_aux_loss_reduction),
+            )
+            sums["aux_loss"] += float(aux.detach())
+            total = total + self.aux_loss_coef * aux
+        if self.z_loss_coef > 0:
+            mask = self._router_mask(row, cfg.router_z_loss_reduction)
+            _, z = router_losses(
+                records,
+                self.routers,
+                mask,
+                mask,
+                aux_reduction="token",
+                z_reduction="token",
+                want_aux=False,
+                want_z=True,
+            )
+            assert z is not None
+            w = float(mask.sum()) / tokens(cfg.router_z_loss_reduction)  # row mean -> batch mean
             sums["z_loss"] += float(z.detach()) * w
             total = total + self.z_loss_coef * w * z
         return total
 
-    @collective
     def state_dict_for_publication(
         self, *, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
-    ) -> dict[str, torch.Tensor]:
-        """Current weights under OLMo-core names (what ``load_model``/engines consume).
+    ) -> PublishedState:
+        """Current weights under OLMo-core names (what ``load_model``/engines consume), in
+        ``dtype`` on ``device``, gathered when read (``runtime.trainer.publish``): walked
+        in buckets a sharded trainer holds one bucket of full tensors at a time. With one
+        rank and neither cast nor move, the values are the parameters themselves."""
+        return PublishedState(self, self.model.state_dict(), dtype=dtype, device=device)
 
-        Sharded: each parameter is gathered in turn (a collective) and kept only on rank 0,
-        already in ``dtype`` on ``device``; the other ranks return ``{}`` and never hold more
-        than one full parameter."""
-        out: dict[str, torch.Tensor] = {}
-        for name, t in self.model.state_dict().items():
-            name = name.replace("._checkpoint_wrapped_module", "")
-            t = full_tensor(t).detach()
-            if self.rank != 0:
-                continue
+    @collective
+    @torch.no_grad()
+    def gather_tensors(
+        self, names: Sequence[str], *, dtype: torch.dtype | None = None, device: Any = "cpu"
+    ) -> list[torch.Tensor]:
+        """Full values of the state entries ``names`` (a collective on sharded ones)."""
+        if self._state_refs is None:  # parameters are updated in place: one dict serves
+            self._state_refs = self.model.state_dict()
+        state = self._state_refs
+        out = []
+        for name in names:
+            t = full_tensor(state[name]).detach()
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
-            out[name] = t.to(device)
+            out.append(t.to(device))
         return out
 
     @collective

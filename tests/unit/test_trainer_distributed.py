@@ -1,5 +1,8 @@
 """The trainer over several real processes (gloo, CPU): FSDP2 and expert-parallel updates
-match one rank on the same batch; sharded checkpoints resume on the same topology only."""
+(with a sharded KL reference, router losses over packed rows) match one rank on the same
+batch; router losses do not depend on packing; publication from shards streams one bucket at
+a time; bf16 mixed precision uses OLMo-core's policy; sharded checkpoints resume on the same
+topology only."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from runtime.trainer import Sample, Trainer, TrainerConfig  # noqa: E402
 from runtime.trainer.split import split_indices  # noqa: E402
 
 WORKER = Path(__file__).parent / "dist" / "parity_worker.py"
+REF_BYTES_TINY = 788_736  # builtin:tiny's parameters, fp32
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,41 +61,31 @@ def _spawn(world: int, args: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def _one_rank(args: dict[str, Any]) -> dict[str, Any]:
-    """The same update in this process, world 1 (the reference)."""
+def _worker() -> Any:
     sys.path.insert(0, str(WORKER.parent))
     try:
         import parity_worker as w
     finally:
         sys.path.pop(0)
-    trainer = Trainer(
-        TrainerConfig(
-            model_source=args["model"],
-            lr=1e-3,
-            clip_grad=0.5,
-            sequence_packing=args.get("packing", True),
-            packing_max_tokens=48,
-            router_aux_loss_coef=args.get("aux"),
-            router_z_loss_coef=args.get("z"),
-            router_replay=bool(args.get("replay")),
-        )
-    )
-    replay = bool(args.get("replay"))
+    return w
+
+
+def _one_rank(args: dict[str, Any]) -> dict[str, Any]:
+    """The same updates in this process, world 1 (the reference)."""
+    w = _worker()
+    trainer = Trainer(w.config(args))
     try:
-        metrics = trainer.train_step(w.batch(replay=replay))
-        logprobs = [t.tolist() for t in trainer.compute_logprobs(w.batch(1, replay=replay))]
-        return {
-            "metrics": metrics,
-            "logprobs": logprobs,
-            "state": trainer.state_dict_for_publication(),
-        }
+        out = w.train(trainer, args)
+        out["state"] = {k: v.clone() for k, v in trainer.state_dict_for_publication().items()}
+        out["ref_bytes"] = trainer.reference_param_bytes()
+        return dict(out)
     finally:
         trainer.close()
 
 
 def _assert_same_update(one: dict[str, Any], many: dict[str, Any], world: int, ep: int) -> None:
     m1, m2 = one["metrics"], many["metrics"]
-    for key in ("loss", "pg_loss", "entropy", "grad_norm", "response_tokens", "samples"):
+    for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "response_tokens", "samples"):
         assert m2[key] == pytest.approx(m1[key], rel=1e-5, abs=1e-6), key
     for key in ("router/aux_loss", "router/z_loss", "replay/route_mismatch", "replay/decisions"):
         if key in m1:
@@ -127,21 +121,30 @@ def test_split_keeps_groups_whole_and_balances_tokens() -> None:
     assert split_indices(samples, 2) == shares  # every rank computes the same split
 
 
-def test_fsdp_world2_matches_world1_and_checkpoints_keep_topology(tmp_path: Path) -> None:
-    args = {"model": "builtin:tiny", "out": str(tmp_path / "w2.json")}
+def test_fsdp_world2_matches_world1_with_sharded_reference_and_checkpoints(
+    tmp_path: Path,
+) -> None:
+    # two updates with a KL term: the first moves the policy off the frozen reference, the
+    # second's loss and gradients include the KL (the reference is sharded like the policy)
+    args = {"model": "builtin:tiny", "kl": 0.5, "steps": 2, "out": str(tmp_path / "w2.json")}
     one = _one_rank(args)
+    assert one["metrics"]["kl"] > 0
     ckpt = tmp_path / "ckpt"
     two = _spawn(2, {**args, "ckpt": str(ckpt), "save": True})
     _assert_same_update(one, two, world=2, ep=1)
-    step_dir = ckpt / "step-000001"
+    # reference parameter bytes per rank: builtin:tiny holds 788,736 on one rank; each of
+    # two FSDP ranks holds its shards only, half of that
+    assert one["ref_bytes"] == REF_BYTES_TINY
+    assert two["ref_bytes"] <= REF_BYTES_TINY // 2 + 1024
+    step_dir = ckpt / "step-000002"
     assert (step_dir / "dist").is_dir() and not (step_dir / "model").exists()
 
-    # world 2 resumes it: the second update starts from the saved weights and optimizer
+    # world 2 resumes it: the next updates start from the saved weights and optimizer
     again = _spawn(
         2, {**args, "out": str(tmp_path / "again.json"), "ckpt": str(ckpt), "restore": True}
     )
-    assert again["restored_step"] == 1
-    assert again["metrics"]["step"] == 2.0
+    assert again["restored_step"] == 2
+    assert again["metrics"]["step"] == 4.0
 
     # world 1 refuses it, naming both topologies
     trainer = Trainer(TrainerConfig(model_source="builtin:tiny"))
@@ -155,13 +158,13 @@ def test_fsdp_world2_matches_world1_and_checkpoints_keep_topology(tmp_path: Path
 def test_expert_parallel_ep2_matches_world1_with_router_losses_and_replay(
     tmp_path: Path,
 ) -> None:
-    # one sample per row: router losses are row-local, so rows must match across topologies;
-    # replay executes the recorded experts, the mismatch metric is summed over the ranks
+    # router losses are taken over the whole global batch: packed rows of up to 48 tokens,
+    # split over two EP ranks, give world 1's update; replay executes the recorded experts,
+    # the mismatch metric is summed over the ranks
     args = {
         "model": "builtin:tiny-moe",
-        "packing": False,
-        "aux": 0.01,
-        "z": 0.001,
+        "aux": 0.05,
+        "z": 0.01,
         "replay": True,
         "out": str(tmp_path / "ep2.json"),
     }
@@ -169,3 +172,80 @@ def test_expert_parallel_ep2_matches_world1_with_router_losses_and_replay(
     assert one["metrics"]["replay/decisions"] > 0
     two = _spawn(2, {**args, "ep": 2})
     _assert_same_update(one, two, world=2, ep=2)
+
+
+@pytest.mark.parametrize("reduction", ["token", "response"])
+def test_router_losses_do_not_depend_on_packing(reduction: str) -> None:
+    """One sample per row, rows of up to 48 tokens and one row of everything: the same
+    load-balancing and z losses, gradients and updated weights (world 1)."""
+    args = {
+        "model": "builtin:tiny-moe",
+        "aux": 0.05,
+        "z": 0.01,
+        "aux_reduction": reduction,
+        "z_reduction": reduction,
+    }
+    packings = [
+        _one_rank({**args, "packing": False}),
+        _one_rank({**args, "packing": True, "row": 48}),
+        _one_rank({**args, "packing": True, "row": 4096}),
+    ]
+    rows = [p["metrics"]["rows"] for p in packings]
+    assert len(set(rows)) == 3, rows  # three different packings of the same batch
+    first = packings[0]
+    assert first["metrics"]["router/aux_loss"] > 0 and first["metrics"]["router/z_loss"] > 0
+    for other in packings[1:]:
+        _assert_same_update(first, other, world=1, ep=1)
+
+
+def test_publication_streams_buckets_from_shards_and_bf16_policy(tmp_path: Path) -> None:
+    """World 2 publishes its (gathered) weights to an engine process over a gloo broadcast
+    group: the engine then holds world 1's weights, and rank 0 never held more than one
+    bucket of full tensors. The same ranks train with OLMo-core's bf16 mixed-precision
+    policy (bf16 gathered parameters, fp32 master weights and gradient reduction)."""
+    from runtime.engines.embedded.launch import start_embedded
+    from runtime.publication.checksum import device_checksum
+
+    port = free_port("127.0.0.1")
+    engine = start_embedded(
+        "builtin:tiny",
+        port=port,
+        log_path=tmp_path / "engine.log",
+        max_running_requests=2,
+        threads=1,
+    )
+    bucket = 64 * 1024
+    try:
+        args = {"model": "builtin:tiny", "bf16": True, "out": str(tmp_path / "pub.json")}
+        two = _spawn(2, {**args, "publish_url": f"http://127.0.0.1:{port}", "bucket": bucket})
+        import httpx
+
+        served = httpx.get(
+            f"http://127.0.0.1:{port}/get_weight_checksum", params={"kind": "wsum64"}, timeout=60
+        ).json()["checksum"]
+    finally:
+        engine.stop()
+    pub = two["publication"]
+    ref = Trainer(_worker().config({"model": "builtin:tiny"}))
+    try:
+        assert served == device_checksum(ref.state_dict_for_publication())
+    finally:
+        ref.close()
+    assert pub["buckets"] > 4 and pub["left_bytes"] == 0
+    assert pub["peak_bytes"] <= max(bucket, pub["largest_bytes"])
+    assert pub["peak_bytes"] < pub["model_bytes"] / 4  # never the whole model at once
+
+    assert two["mixed_precision"] == [["torch.bfloat16", "torch.float32"]]
+    assert two["master_dtypes"] == ["torch.float32"]
+    one = _one_rank(args)  # world 1 under bf16 autocast: equal up to bf16 rounding
+    for key in ("loss", "grad_norm"):
+        assert two["metrics"][key] == pytest.approx(one["metrics"][key], rel=5e-2, abs=1e-3)
+
+
+def test_model_dtype_picks_the_compute_dtype() -> None:
+    def cfg(dtype: str | None) -> TrainerConfig:
+        return TrainerConfig.from_manifest({"config": {"model": {"dtype": dtype}}})
+
+    assert cfg("bfloat16").bf16_autocast is True
+    assert cfg("float32").bf16_autocast is False
+    assert cfg(None).bf16_autocast is None
