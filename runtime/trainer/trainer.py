@@ -814,13 +814,20 @@ class Trainer:
     def gather_tensors(
         self, names: Sequence[str], *, dtype: torch.dtype | None = None, device: Any = "cpu"
     ) -> list[torch.Tensor]:
-        """Full values of the state entries ``names`` (a collective on sharded ones)."""
+        """Full values of the state entries ``names`` (a collective on sharded ones).
+
+        A rank that only joins rank 0's announced gather keeps nothing (and never moves a
+        tensor to rank 0's ``device``); called by every rank itself (inside another op),
+        each rank gets the values."""
         if self._state_refs is None:  # parameters are updated in place: one dict serves
             self._state_refs = self.model.state_dict()
         state = self._state_refs
+        joining = self.rank != 0 and self._depth == 1
         out = []
         for name in names:
             t = full_tensor(state[name]).detach()
+            if joining:
+                continue
             if dtype is not None and t.is_floating_point():
                 t = t.to(dtype)
             out.append(t.to(device))
