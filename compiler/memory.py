@@ -1,7 +1,7 @@
 """The plan's per-GPU memory estimate, with its parts (bytes counted, GiB reported).
 
 Trainer peak = fp32 weights and Adam states (sharded over the trainer world) + the
-reference model + what the forward saves for backward (activations; under bf16 autocast
+reference model (sharded too) + what the forward saves for backward (activations; under bf16 autocast
 the bf16 weight copies the matmuls keep) + the larger of two backward phases: the LM
 head's (its weight gradient, the saved logits, their gradient and the log-prob chunk
 scratch; the other gradients do not exist yet: the trainer zeroes them to None) and the
@@ -77,7 +77,8 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
     return {
         "weights_adam": params * 12 / shard,
         "grads": params * 4 / shard,
-        "reference_model": params * 4.0 if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
+        # the frozen KL reference is sharded like the policy (fp32 weights, no states)
+        "reference_model": params * 4.0 / shard if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
         "activations": float(saved),
         "autocast_weight_copies": float(copies),
         "head_grad": head_weight * 4 / shard,
@@ -135,7 +136,8 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "engine_budget_gib": None,
         "trainer_parts_gib": {},
         "engine_parts_gib": {},
-        "formula": "trainer = params*12B/world + reference + saved activations "
+        "formula": "trainer = params*12B/world + reference (params*4B/world with a KL term) + "
+        "saved activations "
         "(recompute: layers*T*4d, else layers*T*(52d+8f) bf16) + bf16 weight copies + "
         "max(head grad + logits + logits grad + log-prob chunks, params*4B/world + one "
         "recomputed block); engine = params*2B/tp + KV + transients",

@@ -36,8 +36,8 @@ from .distributed import (
     Rendezvous,
     all_reduce_grads_,
     all_reduce_scalars,
-    await_ranks,
     all_reduce_sum_,
+    await_ranks,
     init_distributed,
     shutdown_distributed,
 )

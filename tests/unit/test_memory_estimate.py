@@ -162,3 +162,11 @@ def test_estimate_matches_saved_tensors(autocast: bool) -> None:
     assert got["activations"] == pytest.approx(est["activations"], rel=0.1)
     if autocast:  # fp32 keeps the parameters themselves (not extra memory)
         assert got["weights"] == pytest.approx(est["autocast_weight_copies"], rel=0.1)
+
+
+def test_kl_reference_is_sharded_like_the_policy() -> None:
+    cfg = _config(4096)
+    cfg["optimizer"] = {"kl_coef": 0.1}
+    for world in (1, 4):
+        p = trainer_parts(cfg, ONE_B, world=world)
+        assert p["reference_model"] == ONE_B["params"] * 4 / world
