@@ -2340,9 +2340,9 @@ _C77 = frozenset(
     ]
 )
 _ROOT = _v1
-SOURCES = "8bc33853d0d8f3c0d870bdb8f379633d796e9d34418d22e89072d689401088cc"
+SOURCES = "25112a4b2b62db0972c3b89924f179328b754c98e222ab60684076a195df1c0d"
 PYDANTIC = "2.14.4"
-SCHEMA_DIGEST = "sha256:d0594261b89d26439561cad0fedacc24f94b8d456a339e31e21697897990e8ec"
+SCHEMA_DIGEST = "sha256:f3bb68432a543fff8ccadcad881706b54115e7190bddfa635595eef852724981"
 ALIASES = {
     "training.collections": "training.num_rollouts",
     "trainer.trainer_num_nodes": "trainer.nodes",
