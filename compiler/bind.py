@@ -80,16 +80,17 @@ def dotted(path: DocPath) -> str:
     return out
 
 
+# The modules the table's builder runs besides the spec models (its cache key).
+ALIASES_READS = ("bind.py", "diagnostics.py", "document.py")
+
+
 @cache
 def aliases() -> dict[str, str]:
-    """alias dotted path -> canonical dotted path (the generated table when it is fresh)."""
-    from compiler.fastpath import spec_module
+    """alias dotted path -> canonical dotted path (derived from the models once, cached)."""
+    from compiler.fastpath import spec_table
 
-    fast = spec_module()
-    if fast is not None:
-        table: dict[str, str] = fast.ALIASES
-        return table
-    return aliases_from_models()
+    table: dict[str, str] = spec_table("spec-aliases", ALIASES_READS, aliases_from_models)
+    return table
 
 
 def aliases_from_models() -> dict[str, str]:

@@ -2,8 +2,10 @@
 does not pay for pydantic, the parser and the emitters (cold start ~0.1 s instead of ~0.6 s).
 
 The key covers everything the output depends on: the spec bytes and the path as given, the
-overrides, the working directory, and the identity (path, size, mtime) of every compiler
-source, schema, rule file, template, recipe and the runtime lock. The model checkpoint files
+overrides, the working directory, and the bytes of every compiler source, schema, rule
+file, template, recipe and the runtime lock, with the library versions, made by
+`compiler.derived.key` like every derived artifact's key (results are per spec, so they are
+stored here, not as derived artifacts). The model checkpoint files
 the compile read (``compiler.model_source``) are stored with the entry and re-checked on replay. A hit replays the exact
 files and messages of the original compile; any doubt (a file in the way with other bytes,
 an unreadable entry) falls back to a real compile. ``RLC_NO_CACHE=1`` disables it.
@@ -11,17 +13,17 @@ an unreadable entry) falls back to a real compile. ``RLC_NO_CACHE=1`` disables i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-_VERSION = b"rlc-compile-cache-1"
+_VERSION = "rlc-compile-cache-2"
 
 
 def enabled() -> bool:
-    return os.environ.get("RLC_NO_CACHE", "") in ("", "0")
+    off = os.environ.get("RLC_CACHE_DIR") == "off"
+    return not off and os.environ.get("RLC_NO_CACHE", "") in ("", "0")
 
 
 def _cache_root() -> Path:
@@ -31,7 +33,8 @@ def _cache_root() -> Path:
     return Path(base) / "compile"
 
 
-def _tool_identity(h: Any, callers: tuple[Path, ...]) -> None:
+def _tool_sources(callers: tuple[Path, ...]) -> list[str | bytes | Path]:
+    """Every file of the tool a compile may read (name relative to its root, and bytes)."""
     from compiler import resources
 
     package = Path(__file__).resolve().parent
@@ -42,20 +45,21 @@ def _tool_identity(h: Any, callers: tuple[Path, ...]) -> None:
         resources.templates_dir(),
         resources.recipes_dir(),
     ]
-    for root in roots:
+    out: list[str | bytes | Path] = []
+    for i, root in enumerate(roots):
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
             for name in sorted(filenames):
                 if name.endswith((".pyc", ".tmp")):
                     continue
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.stat(p)
-                except OSError:
-                    continue
-                h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                p = Path(dirpath) / name
+                out += [f"{i}:{p.relative_to(root)}", p]
     lock = resources.runtime_lock_path()
-    h.update(lock.read_bytes() if lock.exists() else b"")
+    out += ["runtime.lock.json", lock.read_bytes() if lock.exists() else b""]
+    return out
+
+
+_LIBS = ("lark", "jinja2", "pydantic", "fastjsonschema")
 
 
 def key(
@@ -63,15 +67,14 @@ def key(
 ) -> str | None:
     """The cache key; ``callers`` are the source folders of the code that renders the output
     (the CLI's commands), so an edit there misses the cache like an edit to the compiler."""
+    from compiler.derived import key as derived_key
+
     try:
         data = Path(spec).read_bytes()
+        args = json.dumps([spec, list(overrides), out_dir, os.getcwd()])
+        return derived_key(_VERSION, [args, data, *_tool_sources(callers)], _LIBS)
     except OSError:
         return None
-    h = hashlib.sha256(_VERSION)
-    h.update(json.dumps([spec, list(overrides), out_dir, os.getcwd()]).encode())
-    h.update(hashlib.sha256(data).digest())
-    _tool_identity(h, callers)
-    return h.hexdigest()
 
 
 def _atomic_write(path: Path, data: bytes, mode: int) -> None:

@@ -1,78 +1,83 @@
-"""Load the generated fast validators (``compiler.fastgen``) when they match their sources.
+"""The fast validators (``compiler.fastgen``'s output), made and cached by `compiler.derived`.
 
-Each generated module records the sha256 of the model sources it was generated from. When
-a model file changed since (a checkout where someone forgot `python -m compiler.fastgen`),
-or pydantic is another version than the one it was generated with, the module is not used
-and every caller takes the pydantic path, which is always right;
-``tests/unit/test_fastgen.py`` fails on the stale file.
+Each is generated from the pydantic models on first use and then loaded from the user
+cache, keyed by the bytes of every module the generator reads (the models and the
+generator) and the pydantic version. So a model edit is
+picked up by the next run, and no generated code is committed. When the generator cannot
+handle a model (``ValueError``), callers take the pydantic path, which is always right.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-from collections.abc import Iterable
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# Bumped when the generated code's shape changes, so old files count as stale.
-GEN_VERSION = "1"
+_GENERATOR = ("__init__.py", "fastgen.py", "fast_runtime.py", "fastpath.py")
 
 
-def sources_digest(files: Iterable[Path]) -> str:
-    """sha256 over the named source files (name + bytes): the key a generated file records."""
-    h = hashlib.sha256(f"fastgen {GEN_VERSION}\0".encode())
-    for f in sorted(files, key=lambda p: p.name):
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0\0")
-    return h.hexdigest()
+def model_sources() -> list[Path]:
+    """The spec models' sources: what every table derived from them is keyed by (with the
+    module that derives it; tests/unit/test_derived.py checks these lists are complete)."""
+    return [HERE / "__init__.py", HERE / "fastpath.py", *sorted((HERE / "spec").glob("*.py"))]
 
 
 def spec_sources() -> list[Path]:
-    return [p for p in (HERE / "spec").glob("*.py") if p.name != "_fast.py"]
+    return [*model_sources(), HERE / "fastgen.py", HERE / "fast_runtime.py"]
 
 
 def beaker_sources() -> list[Path]:
-    return [HERE / "emit" / "beaker_model.py", HERE / "emit" / "beaker_checks.py"]
+    return [
+        HERE / "emit" / "__init__.py",
+        HERE / "emit" / "beaker_model.py",
+        HERE / "emit" / "beaker_checks.py",
+        HERE / "diagnostics.py",
+        *(HERE / n for n in _GENERATOR),
+    ]
 
 
-@cache
-def pydantic_version() -> str | None:
-    """The installed pydantic's version, read from its source (importing pydantic would
-    cost the ~40 ms this module exists to save)."""
-    import importlib.util
-    import re
+def spec_table(kind: str, reads: tuple[str, ...], build: Callable[[], Any]) -> Any:
+    """A plain-data table computed from the spec models by ``build``, through
+    `compiler.derived` (marshalled: dicts, lists, tuples, strings). ``reads`` names the
+    compiler modules (relative to the package) that ``build`` runs besides the models."""
+    import marshal
+
+    from compiler import derived
+
+    return derived.derived(
+        kind,
+        [*model_sources(), *(HERE / n for n in reads)],
+        lambda: marshal.dumps(build()),
+        marshal.loads,
+        libs=("pydantic",),
+    )
+
+
+def _module(kind: str, sources: list[Path], generate_name: str) -> ModuleType | None:
+    from compiler import derived
+
+    def generate() -> str:
+        from compiler import fastgen
+
+        text: str = getattr(fastgen, generate_name)()
+        return text
 
     try:
-        spec = importlib.util.find_spec("pydantic")
-        if spec is None or spec.origin is None:
-            return None
-        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
-    except (ImportError, OSError, ValueError):
+        return derived.generated_module(kind, sources, generate, libs=("pydantic",))
+    except ValueError:
         return None
-    found = re.search(r"^VERSION = ['\"]([^'\"]+)['\"]", text, re.M)
-    return found.group(1) if found else None
-
-
-def _load(name: str, sources: list[Path]) -> ModuleType | None:
-    try:
-        module = importlib.import_module(name)
-        fresh = getattr(module, "SOURCES", None) == sources_digest(sources)
-    except (ImportError, OSError):
-        return None
-    if not fresh or getattr(module, "PYDANTIC", None) != pydantic_version():
-        return None
-    return module
 
 
 @cache
 def spec_module() -> ModuleType | None:
-    """``compiler.spec._fast`` (dump, ALIASES, FIELD_TREE, SCHEMA_DIGEST), or None if stale."""
-    return _load("compiler.spec._fast", spec_sources())
+    """The spec validator (``dump``), or None."""
+    return _module("fast-spec", spec_sources(), "generate_spec")
 
 
 @cache
 def beaker_module() -> ModuleType | None:
-    """``compiler.emit._beaker_fast`` (accepts), or None if stale."""
-    return _load("compiler.emit._beaker_fast", beaker_sources())
+    """The Beaker spec acceptance check (accepts), or None."""
+    return _module("fast-beaker", beaker_sources(), "generate_beaker")

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from compiler.canonical import CanonicalError, canonical_bytes, digest_of, sha256_hex
+from compiler.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.diagnostics import Diagnostic, DiagnosticError
 
 
@@ -36,49 +36,24 @@ MANIFEST_VERSION = 1
 SCHEMA_VERSION = 1
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("RLC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlc"
-    )
-    return Path(base)
+# The modules the table's builder runs besides the spec models (its cache key).
+SCHEMA_DIGEST_READS = ("manifest.py", "canonical.py", "diagnostics.py")
 
 
 def schema_digest() -> str:
     """sha256 of the canonical JSON Schema of the spec models.
 
-    Building the JSON Schema costs tens of milliseconds, so the digest is recorded in the
-    generated fast validator (used while it matches the spec modules and pydantic), else
-    cached on disk, keyed by the bytes of the spec modules and the pydantic version.
+    Building the JSON Schema costs tens of milliseconds (and imports pydantic), so the
+    digest is derived once and cached (`compiler.derived`).
     """
-    from compiler.fastpath import spec_module
+    from compiler.fastpath import spec_table
 
-    fast = spec_module()
-    if fast is not None:
-        recorded: str = fast.SCHEMA_DIGEST
-        return recorded
-    import pydantic
-
-    spec_dir = Path(__file__).resolve().parent / "spec"
-    key_parts = [pydantic.VERSION.encode()]
-    for f in sorted(spec_dir.glob("*.py")):
-        key_parts.append(f.name.encode() + b"\0" + f.read_bytes())
-    key = sha256_hex(b"\0\0".join(key_parts))
-    cache = _cache_dir() / f"schema-{key}.txt"
-    try:
-        cached = cache.read_text().strip()
-        if cached.startswith("sha256:"):
-            return cached
-    except OSError:
-        pass
-    digest = digest_of(spec_json_schema())
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(digest + "\n")
-        os.replace(tmp, cache)
-    except OSError:
-        pass
+    digest: str = spec_table("spec-schema-digest", SCHEMA_DIGEST_READS, _schema_digest_now)
     return digest
+
+
+def _schema_digest_now() -> str:
+    return digest_of(spec_json_schema())
 
 
 def spec_json_schema() -> dict[str, Any]:

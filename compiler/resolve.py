@@ -54,10 +54,7 @@ class Resolved:
 def field_paths(config: dict[str, Any]) -> list[str]:
     """Leaf field paths of a resolved config: section.field, nested tables recursed,
     arrays and free-form maps (env, native options) kept whole."""
-    from compiler.fastpath import spec_module
-
-    fast = spec_module()
-    trees: dict[str, Any] = fast.FIELD_TREE if fast is not None else model_field_trees()
+    trees = _field_trees()
     out: list[str] = []
     for key, value in config.items():
         if key in trees and isinstance(value, dict):
@@ -75,10 +72,28 @@ def field_paths(config: dict[str, Any]) -> list[str]:
     return out
 
 
+# The modules the table's builder runs besides the spec models (its cache key).
+FIELD_TREE_READS = (
+    "resolve.py",
+    "bind.py",
+    "diagnostics.py",
+    "document.py",
+    "model_source.py",
+    "provenance.py",
+)
+
+
 @cache
+def _field_trees() -> dict[str, Any]:
+    """`model_field_trees`, derived once and cached (building it imports pydantic)."""
+    from compiler.fastpath import spec_table
+
+    trees: dict[str, Any] = spec_table("spec-field-tree", FIELD_TREE_READS, model_field_trees)
+    return trees
+
+
 def model_field_trees() -> dict[str, Any]:
-    """Per section, (key, nested tree or None) for each field, from the pydantic models
-    (the generated ``FIELD_TREE`` is the same table)."""
+    """Per section, (key, nested tree or None) for each field, from the pydantic models."""
     from pydantic import BaseModel
 
     from compiler.spec import SECTIONS

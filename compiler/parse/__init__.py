@@ -3,8 +3,8 @@
 ``parse_document(text, source)`` gives a `compiler.document.Document` whose
 ``to_python()`` equals ``tomllib.loads(text)`` for every valid document, and raises
 `compiler.diagnostics.DiagnosticError` (positioned, all problems at once) otherwise.
-The LALR tables are pre-generated in ``_standalone.py`` (see ``regenerate.py``) and
-loaded on the first parse, so importing this package is cheap.
+The LALR tables are built from the grammar once and then loaded from the derived-artifact
+cache (``compiler.lalr``) on the first parse, so importing this package is cheap.
 """
 
 from compiler.parse.api import parse_assignment, parse_document, parse_value

@@ -1,4 +1,5 @@
-"""Running the generated LALR parser and turning lark's errors into positioned diagnostics.
+"""Running the LALR parser of ``toml.lark`` and turning lark's errors into positioned
+diagnostics.
 
 LALR merges states, so lark's "expected" sets mix contexts (a key in ``[a`` may be
 "followed by ']' or '='"). The open brackets left on the parser's value stack tell the
@@ -8,6 +9,7 @@ real context, and the expected set is narrowed to it before it is shown to a use
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span
@@ -48,11 +50,16 @@ _LINE_CONTEXTS = ("keyval", "header", "aot-header")
 _END_OF_LINE = ("each key = value pair and [table] header must end its line",)
 
 
+_GRAMMAR = Path(__file__).resolve().parent / "toml.lark"
+_STARTS = ["document", "override", "value_only"]
+
+
 @lru_cache(maxsize=1)
 def _parser() -> Any:
-    from compiler.parse import _standalone
+    """lark's parser, its tables loaded from the derived-artifact cache (`compiler.lalr`)."""
+    from compiler.lalr import parser
 
-    return _standalone.Lark_StandAlone()
+    return parser(_GRAMMAR, _STARTS)
 
 
 def parse_tree(text: str, start: str, source: str) -> tuple[Any, Diagnostic | None]:
@@ -67,10 +74,11 @@ def parse_tree_ex(text: str, start: str, source: str) -> tuple[Any, Diagnostic |
     That is so when the error sits in a one-line statement (not inside an array, an inline
     table or an unterminated string), so blanking its line cannot shift what follows.
     """
-    from compiler.parse import _standalone as lark
+    parser = _parser()
+    import lark
 
     try:
-        return _parser().parse(text, start=start), None, False
+        return parser.parse(text, start=start), None, False
     except lark.UnexpectedCharacters as exc:
         diag = _unexpected_char(exc, source)
         resumable = exc.char not in "\"'\n" and _context(exc) in _LINE_CONTEXTS

@@ -1,6 +1,6 @@
 """Parse `*.rules` files into `Rule`s, with positioned diagnostics for every mistake.
 
-Parse trees come from the committed standalone LALR parser (`_standalone.py`); this module
+Parse trees come from lark's LALR parser for `grammar.lark` (`compiler.lalr`); this module
 turns them into expression nodes (`compiler.rules.expr`), checks clauses, function names
 and arities, rule-id uniqueness and (when given) field paths against the known fields.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, did_you_mean
-from compiler.rules import cache as rules_cache
 from compiler.rules import expr as ex
+from compiler.rules import records
 from compiler.rules.functions import FUNCTIONS
 
 RuleSeverity = Literal["error", "warning"]
@@ -103,16 +103,22 @@ class RuleSet:
         return tuple(r.id for r in self.rules)
 
 
+GRAMMAR = Path(__file__).resolve().parent / "grammar.lark"
+START = ["start", "expr"]
+
+
 @cache
 def _parser() -> Any:
-    return _sa().Lark_StandAlone()
+    from compiler.lalr import parser
+
+    return parser(GRAMMAR, START)
 
 
 def _sa() -> Any:
-    """The generated parser module, imported on first parse (a cache hit never needs it)."""
-    from compiler.rules import _standalone
+    """lark, imported on first parse (a cached rule file never needs it)."""
+    from compiler.lalr import _import_lark
 
-    return _standalone
+    return _import_lark()
 
 
 def _span(source: str, tok: Any) -> Span:
@@ -535,21 +541,20 @@ def rule_to_record(rule: Rule) -> dict[str, Any]:
         "doc": rule.doc,
         "fields_mentioned": list(rule.fields_mentioned),
         "span": [s.line, s.col, s.end_line, s.end_col],
-        "when": rules_cache.node_to_data(rule.when),
+        "when": records.node_to_data(rule.when),
         "template": [
-            p if isinstance(p, str) else {"node": rules_cache.node_to_data(p)}
-            for p in rule.template
+            p if isinstance(p, str) else {"node": records.node_to_data(p)} for p in rule.template
         ],
-        "path_refs": [rules_cache.node_to_data(r) for r in rule.path_refs],
+        "path_refs": [records.node_to_data(r) for r in rule.path_refs],
         "help_template": [
-            p if isinstance(p, str) else {"node": rules_cache.node_to_data(p)}
+            p if isinstance(p, str) else {"node": records.node_to_data(p)}
             for p in rule.help_template
         ],
     }
 
 
 def rule_from_record(d: dict[str, Any], source: str) -> Rule:
-    refs = [rules_cache.node_from_data(r, source) for r in d["path_refs"]]
+    refs = [records.node_from_data(r, source) for r in d["path_refs"]]
     return Rule(
         id=d["id"],
         area=d["area"],
@@ -562,34 +567,52 @@ def rule_from_record(d: dict[str, Any], source: str) -> Rule:
         doc=d["doc"],
         fields_mentioned=tuple(d["fields_mentioned"]),
         span=Span(source, *d["span"]),
-        when=rules_cache.node_from_data(d["when"], source),
+        when=records.node_from_data(d["when"], source),
         template=tuple(
-            p if isinstance(p, str) else rules_cache.node_from_data(p["node"], source)
+            p if isinstance(p, str) else records.node_from_data(p["node"], source)
             for p in d["template"]
         ),
         path_refs=tuple(r for r in refs if isinstance(r, ex.PathRef)),
         help_template=tuple(
-            p if isinstance(p, str) else rules_cache.node_from_data(p["node"], source)
+            p if isinstance(p, str) else records.node_from_data(p["node"], source)
             for p in d.get("help_template", ())
         ),
     )
 
 
 def _parse_cached(text: str, source: str) -> tuple[list[Rule], list[Diagnostic]]:
-    """Parse with two caches: in-process, then on disk (see `compiler.rules.cache`)."""
+    """Parse with two caches: in-process, then the derived-artifact cache (`compiler.derived`;
+    a file with mistakes is parsed every time, so its diagnostics are always reported)."""
     key = (source, hashlib.sha256(text.encode()).hexdigest())
     hit = _PARSE_CACHE.get(key)
     if hit is None:
-        records = rules_cache.read(text, source)
-        if records is not None:
-            try:
-                hit = ([rule_from_record(r, source) for r in records], [])
-            except (KeyError, TypeError, ValueError, IndexError, AssertionError):
-                hit = None
-        if hit is None:
-            hit = parse_rules_text(text, source)
-            if not hit[1]:
-                rules_cache.write(text, source, [rule_to_record(r) for r in hit[0]])
+        from compiler.derived import NotCached, derived
+
+        def build() -> bytes:
+            rules, diags = parse_rules_text(text, source)
+            if diags:
+                raise NotCached((rules, diags))
+            return json.dumps([rule_to_record(r) for r in rules]).encode()
+
+        def load(payload: bytes) -> tuple[list[Rule], list[Diagnostic]]:
+            return [rule_from_record(r, source) for r in json.loads(payload)], []
+
+        here = Path(__file__).resolve().parent
+        hit = derived(
+            "rules",
+            [
+                source,
+                text,
+                GRAMMAR,
+                here / "loader.py",
+                here / "records.py",
+                here / "expr.py",
+                here / "functions.py",
+            ],
+            build,
+            load,
+            libs=("lark",),
+        )
         if len(_PARSE_CACHE) > 256:
             _PARSE_CACHE.clear()
         _PARSE_CACHE[key] = hit

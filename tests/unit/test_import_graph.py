@@ -4,8 +4,7 @@ never imports runtime or rlc_cli; runtime imports only the contract modules of t
 (`compiler.trust` and its error type); nothing imports rlc_cli (the `rlc` command line on top).
 
 Imports under ``if TYPE_CHECKING:`` count too: a cycle through annotations is still two
-modules that cannot be understood apart. The generated lark standalone parsers are left out:
-their relative imports name modules of the lark package they were cut from, not ours.
+modules that cannot be understood apart.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rlc_cli", "compiler", "runtime")
-GENERATED = {"compiler.parse._standalone", "compiler.rules._standalone"}
 # The `rlc` command line (entry point, its commands, Beaker submission and receipts): the
 # layer on top, the only one that uses both the compiler and the runtime.
 CLI = ("rlc_cli",)
@@ -60,11 +58,7 @@ def _imported(name: str, path: Path, mods: dict[str, Path]) -> Iterator[str]:
 
 def _graph() -> dict[str, set[str]]:
     mods = _modules()
-    return {
-        name: set(_imported(name, path, mods)) - GENERATED
-        for name, path in mods.items()
-        if name not in GENERATED
-    }
+    return {name: set(_imported(name, path, mods)) for name, path in mods.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,50 +1,17 @@
-"""An on-disk cache of parsed rule files, so `rlc` does not re-run the LALR parser.
+"""Parsed rules as plain JSON data and back (the payload of the derived-artifact cache).
 
-Parsing ~80 rules in pure Python takes ~80 ms; reading them back from JSON ~2 ms. Entries are
-keyed by the sha256 of (grammar digest, cache format, source name, file text), are plain
-JSON (never pickle), and are written atomically. Any problem reading or writing the cache
-just falls back to parsing. Location: ``$RLC_CACHE_DIR/rules`` or ``~/.cache/rlc/rules``;
-``RLC_CACHE_DIR=off`` disables it.
+Parsing ~80 rules in pure Python takes ~80 ms; reading them back from JSON ~2 ms. The
+records are plain JSON (never pickle); `compiler.rules.loader` stores them through
+`compiler.derived`, keyed by the file's text, its name, the grammar and this code.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Span
 from compiler.rules import expr as ex
 from compiler.rules.functions import FUNCTIONS
-
-FORMAT = "rlc-rules-cache-2"  # 2: rules carry a parsed help template
-
-
-@cache
-def _grammar_digest() -> str:
-    from compiler.rules import regen
-
-    return regen.recorded_sha256() or "unknown"
-
-
-def cache_dir() -> Path | None:
-    root = os.environ.get("RLC_CACHE_DIR")
-    if root == "off":
-        return None
-    base = Path(root) if root else Path.home() / ".cache" / "rlc"
-    return base / "rules"
-
-
-def _key(text: str, source: str) -> str:
-    h = hashlib.sha256()
-    for part in (FORMAT, _grammar_digest(), source, text):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def _span_out(s: Span) -> list[Any]:
@@ -110,32 +77,3 @@ def node_from_data(d: list[Any], source: str) -> ex.Node:
     if tag == "b":
         return ex.BoolOp(d[1], node_from_data(d[2], source), node_from_data(d[3], source))
     raise ValueError(f"unknown node tag {tag!r}")
-
-
-def read(text: str, source: str) -> list[Any] | None:
-    """The cached rule records for this file text, or None."""
-    d = cache_dir()
-    if d is None:
-        return None
-    try:
-        data = json.loads((d / f"{_key(text, source)}.json").read_text(encoding="utf-8"))
-        if data.get("format") != FORMAT or data.get("source") != source:
-            return None
-        return list(data["rules"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def write(text: str, source: str, records: list[Any]) -> None:
-    d = cache_dir()
-    if d is None:
-        return
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        body = json.dumps({"format": FORMAT, "source": source, "rules": records})
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        os.replace(tmp, d / f"{_key(text, source)}.json")
-    except (OSError, TypeError, ValueError):
-        return
