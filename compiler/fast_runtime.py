@@ -1,5 +1,5 @@
-"""Helpers shared by the generated fast validators (compiler/spec/_fast.py,
-compiler/emit/_beaker_fast.py), kept here once instead of copied into each generated module.
+"""Helpers shared by the generated fast validators (``compiler.fastgen``'s spec and Beaker
+modules), kept here once instead of copied into each generated module.
 
 The names keep their leading underscore because generated code refers to them as module
 privates; nothing else should import them.

@@ -280,9 +280,11 @@ def test_generated_validators_honour_cache_off(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RLC_CACHE_DIR", "off")
-    namespace = lint_schema._generated("probe", b"key", lambda: "def valid(v):\n    return 1\n")
+    namespace = lint_schema._generated(
+        "probe", [b"key"], lambda: "def valid(v):\n    return 1\n", ()
+    )
     assert namespace["valid"](None) == 1
     assert list(tmp_path.iterdir()) == []  # nothing written, not even ./off/
     monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path / "cache"))
-    lint_schema._generated("probe", b"key", lambda: "def valid(v):\n    return 2\n")
-    assert [p.name for p in (tmp_path / "cache" / "validators").glob("probe_*.py")]
+    lint_schema._generated("probe", [b"key"], lambda: "def valid(v):\n    return 2\n", ())
+    assert [p.name for p in (tmp_path / "cache" / "derived" / "probe").glob("*.bin")]
