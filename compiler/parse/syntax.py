@@ -75,8 +75,9 @@ def parse_tree_ex(text: str, start: str, source: str) -> tuple[Any, Diagnostic |
     table or an unterminated string), so blanking its line cannot shift what follows.
     """
     parser = _parser()
-    import lark
+    from compiler.lalr import runtime
 
+    lark = runtime()
     try:
         return parser.parse(text, start=start), None, False
     except lark.UnexpectedCharacters as exc:

@@ -115,10 +115,11 @@ def _parser() -> Any:
 
 
 def _sa() -> Any:
-    """lark, imported on first parse (a cached rule file never needs it)."""
-    from compiler.lalr import _import_lark
+    """lark's parser runtime (`compiler.lalr`), loaded on first parse (a cached rule file
+    never needs it)."""
+    from compiler.lalr import runtime
 
-    return _import_lark()
+    return runtime()
 
 
 def _span(source: str, tok: Any) -> Span:

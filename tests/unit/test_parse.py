@@ -313,7 +313,7 @@ def test_errors_carry_source_text_for_rendering() -> None:
 
 
 def test_cached_parser_matches_a_fresh_lark_build(tmp_path, monkeypatch) -> None:
-    """The tables loaded from the cache (`compiler.lalr`) parse exactly as lark's own
+    """The runtime and tables from the cache (`compiler.lalr`) parse exactly as lark's own
     parser built from toml.lark, whether built now or read back by a later process."""
     import lark
 
