@@ -216,3 +216,16 @@ def test_declared_sources_cover_what_the_builder_runs(module, builder, declared)
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_generated_code_is_committed() -> None:
+    """Derived code lives in the cache only: no generated module sits in the package (a
+    rebase that takes back an old generated file fails here)."""
+    generated = [
+        p.relative_to(ROOT)
+        for p in (ROOT / "compiler").rglob("*.py")
+        if p.name in ("_standalone.py", "_fast.py", "_beaker_fast.py")
+        or p.parent.name == "_jinja"
+        or "do not edit" in p.read_text(encoding="utf-8")[:400]
+    ]
+    assert generated == []
