@@ -9,10 +9,12 @@ the GRPO loop, and always take every child down on the way out. Exit codes: 0 do
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -134,7 +136,9 @@ class NodeRunner:
         self.rank_pids: Any = None  # () -> {trainer rank: pid} of this node's follower ranks
         self.silence: Any = None  # the first peer the heartbeats found silent (the cause)
         self.heartbeats: Any = None
+        self._stop_heartbeats: Any = None
         self.finished = False  # this node's part of the run ended without a failure
+        self.closing = False  # the main thread is taking the node down
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -239,7 +243,8 @@ class NodeRunner:
         self.heartbeats = Heartbeats(
             store, self.ident.rank, self.ident.count, timeout, self._local_roles, self._silent
         ).start()
-        self.on_close.append(lambda: self.heartbeats.stop(finished=self.finished))
+        self._stop_heartbeats = lambda: self.heartbeats.stop(finished=self.finished)
+        self.on_close.append(self._stop_heartbeats)
 
     def _local_roles(self) -> dict[str, int]:
         roles = {c.name: c.pid for c in list(self.sup.children) if c.alive()}
@@ -256,6 +261,24 @@ class NodeRunner:
             self.silence = silence
         print(f"rlc: error: {silence}", file=sys.stderr, flush=True)
         stop_hung(silence.pid)
+        if silence.name == "node:0" and not self.roles.leader:
+            # this node's calls to the leader's store may be blocked for good: if the run
+            # has not ended by itself shortly, take this node's roles down and leave
+            timer = threading.Timer(2 * self.heartbeats.interval_s + 1.0, self._abandon)
+            timer.daemon = True
+            timer.start()
+
+    def _abandon(self) -> None:
+        if self.closing:
+            return
+        print(f"rlc: run failed: {self.silence}", file=sys.stderr, flush=True)
+        self.closing = True
+        for fn in reversed(self.on_close):
+            if fn is not self._stop_heartbeats:  # that thread may be blocked on the leader
+                with contextlib.suppress(Exception):
+                    fn()
+        self.sup.shutdown()
+        os._exit(EXIT_RUNTIME)
 
     def failure_cause(self, exc: BaseException) -> str:
         """The line a failed run ends with: a silent peer, when one was seen, is the cause
@@ -433,6 +456,7 @@ class NodeRunner:
         return None
 
     def close(self) -> None:
+        self.closing = True
         for fn in reversed(self.on_close):
             try:
                 fn()

@@ -136,6 +136,7 @@ class Heartbeats:
     _listed: str | None = None
     _last_ok: float = field(default_factory=time.monotonic)
     _last_tick: float = field(default_factory=time.monotonic)
+    _store_failed: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -144,6 +145,10 @@ class Heartbeats:
             self.interval_s = interval_for(self.timeout_s)
         self._thread = threading.Thread(target=self._run, name="rlc-heartbeat", daemon=True)
         self._thread.start()
+        if self.node != 0:  # store calls to a stopped leader block for good: time them
+            threading.Thread(
+                target=self._watch_leader, name="rlc-leader-watch", daemon=True
+            ).start()
         return self
 
     def stop(self, finished: bool = False) -> None:
@@ -161,9 +166,15 @@ class Heartbeats:
             try:
                 self.tick(time.monotonic())
             except Exception:  # the store did not answer: the leader may be gone
-                silent = time.monotonic() - self._last_ok
-                if silent > self.timeout_s and self.node != 0:
-                    self._report(Silence("node:0", 0, silent, self.timeout_s))
+                self._store_failed = True
+
+    def _watch_leader(self) -> None:
+        """The leader's store answers every tick; a tick that has not completed (a call
+        blocked on a stopped leader, or failing) for ``timeout_s`` is the leader's silence."""
+        while not self._stop.wait(self.interval_s):
+            silent = time.monotonic() - self._last_ok
+            if silent > self.timeout_s:
+                self._report(Silence("node:0", 0, silent, self.timeout_s))
 
     def tick(self, now: float) -> None:
         """Beat for this node and its running roles, then look at everyone's counters."""

@@ -129,3 +129,43 @@ def test_a_stopped_role_of_this_node_is_named_and_killed() -> None:
         hb.stop()
         child.kill()
         child.wait()
+
+
+LEADER = """
+import sys, time
+from runtime.heartbeat import Heartbeats, store_client
+from runtime.registry import Registry
+port = int(sys.argv[1])
+reg = Registry("127.0.0.1", port, node=0, is_leader=True, timeout_s=10)
+Heartbeats(store_client("127.0.0.1", port, 2.0), 0, 2, 2.0, dict, print).start()
+time.sleep(120)
+"""
+
+
+def test_a_stopped_leader_is_declared_silent_by_a_node() -> None:
+    """The leader (hosting the store) is a real process; SIGSTOP it: store calls to it
+    block for good, and node 1 still names the leader's silence (timed, not awaited)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from runtime.heartbeat import Heartbeats, store_client
+
+    port = free_port("127.0.0.1")
+    child = subprocess.Popen([sys.executable, "-c", LEADER, str(port)])
+    seen: list = []
+    try:
+        store = store_client("127.0.0.1", port, 30.0)  # waits for the leader to listen
+        node = Heartbeats(store, 1, 2, 2.0, dict, seen.append)
+        node.interval_s = 0.2
+        node.start()
+        _wait(lambda: node._seen != {}, 30)  # the leader's beats are seen
+        assert not seen
+        os.kill(child.pid, signal.SIGSTOP)
+        _wait(lambda: bool(seen), 15)
+        assert seen[0].name == "node:0" and str(seen[0]).startswith("node 0 sent no heartbeat")
+    finally:
+        child.kill()
+        os.kill(child.pid, signal.SIGCONT)
+        child.wait()
