@@ -135,6 +135,7 @@ class NodeRunner:
         self.on_close: list[Any] = []  # e.g. the trainer: releases its other ranks
         self.rank_pids: Any = None  # () -> {trainer rank: pid} of this node's follower ranks
         self.silence: Any = None  # the first peer the heartbeats found silent (the cause)
+        self.failed_cause: str | None = None  # this node's one-line cause, told to the others
         self.heartbeats: Any = None
         self._stop_heartbeats: Any = None
         self.finished = False  # this node's part of the run ended without a failure
@@ -243,7 +244,11 @@ class NodeRunner:
         self.heartbeats = Heartbeats(
             store, self.ident.rank, self.ident.count, timeout, self._local_roles, self._silent
         ).start()
-        self._stop_heartbeats = lambda: self.heartbeats.stop(finished=self.finished)
+        self._stop_heartbeats = lambda: self.heartbeats.stop(
+            finished=self.finished,
+            # this node's own failure (not a silent peer's: the leader may be the silent one)
+            cause=self.failed_cause if self.silence is None else None,
+        )
         self.on_close.append(self._stop_heartbeats)
 
     def _local_roles(self) -> dict[str, int]:
@@ -566,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         summary = runner.run()
     except RunFailure as exc:
-        print(f"rlc: run failed: {runner.failure_cause(exc)}", file=sys.stderr)
+        runner.failed_cause = runner.failure_cause(exc)
+        print(f"rlc: run failed: {runner.failed_cause}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         print("rlc: interrupted", file=sys.stderr)
@@ -576,7 +582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"rlc: run failed: {runner.failure_cause(exc)}", file=sys.stderr)
+        runner.failed_cause = runner.failure_cause(exc)
+        print(f"rlc: run failed: {runner.failed_cause}", file=sys.stderr)
         return EXIT_RUNTIME
     finally:
         runner.close()

@@ -107,8 +107,11 @@ class Silence:
     silent_s: float
     timeout_s: float
     pid: int | None = None  # this node's process for the role, when it is local
+    cause: str | None = None  # the node's own one-line cause, when it failed and said so
 
     def __str__(self) -> str:
+        if self.cause is not None:
+            return f"node {self.node} failed: {self.cause}"
         what = (
             f"node {self.node}"
             if self.name.startswith("node:")
@@ -151,15 +154,18 @@ class Heartbeats:
             ).start()
         return self
 
-    def stop(self, finished: bool = False) -> None:
+    def stop(self, finished: bool = False, cause: str | None = None) -> None:
         """Stop beating; ``finished``: this node is done with the run (it is not watched
-        any more, so a node that ends first is not taken for a silent one)."""
+        any more, so a node that ends first is not taken for a silent one); ``cause``: this
+        node failed, and the others name the run's end by this line rather than by silence."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 1.0)
-        if finished:
+        if finished or cause:
             with contextlib.suppress(Exception):
-                self.store.set(f"hb/left/{self.node}", "done")
+                if cause and not finished:
+                    self.store.set(f"hb/failed/{self.node}", cause[:1000])
+                self.store.set(f"hb/left/{self.node}", "done" if finished else "failed")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -188,6 +194,11 @@ class Heartbeats:
             self._listed = listed
         for name in [f"node:{self.node}", *(r for r, pid in roles.items() if running(pid))]:
             self.store.add(f"hb/{self.node}/{name}", 1)
+        for node in range(self.nodes):
+            failed = f"hb/failed/{node}"
+            if node != self.node and self.store.check([failed]):
+                cause = self.store.get(failed).decode(errors="replace")
+                self._report(Silence(f"node:{node}", node, 0.0, self.timeout_s, cause=cause))
         for node, name in self._watched():
             key = f"hb/{node}/{name}"
             count = self.store.add(key, 0)

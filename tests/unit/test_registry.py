@@ -131,6 +131,33 @@ def test_a_stopped_role_of_this_node_is_named_and_killed() -> None:
         child.wait()
 
 
+def test_a_node_that_fails_is_named_by_its_own_cause_not_by_silence() -> None:
+    """A node that ends with a failure tells the others its one-line cause: the run ends
+    at once with that line, not after the heartbeat timeout with "no heartbeat"."""
+    import time
+
+    from runtime.heartbeat import Heartbeats, MemoryStore
+
+    store = MemoryStore()
+    seen: list = []
+    leader = Heartbeats(store, 0, 2, 60.0, dict, seen.append)
+    node = Heartbeats(store, 1, 2, 60.0, dict, lambda s: None)
+    for hb in (leader, node):
+        hb.interval_s = 0.1
+        hb.start()
+    try:
+        _wait(lambda: store.add("hb/1/node:1", 0) > 2, 10)
+        t0 = time.monotonic()
+        node.stop(cause="engine:0 exited with code 1 (log: logs/engine-0.log)")
+        _wait(lambda: bool(seen), 10)
+        assert time.monotonic() - t0 < 30  # long before the 60 s heartbeat timeout
+        assert str(seen[0]) == "node 1 failed: engine:0 exited with code 1 (log: logs/engine-0.log)"
+        assert len(seen) == 1  # named once
+    finally:
+        leader.stop()
+        node.stop()
+
+
 LEADER = """
 import sys, time
 from runtime.heartbeat import Heartbeats, store_client
