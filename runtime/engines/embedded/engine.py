@@ -188,6 +188,15 @@ def load_safetensors_dir(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _record_routed(running: list[GenRequest], experts: torch.Tensor | None) -> None:
+    """Append each running request's row of this decode step's routed experts (when asked)."""
+    if experts is not None and any(r.return_routed_experts for r in running):
+        ex = experts.to(torch.int32).cpu()
+        for i, r in enumerate(running):
+            if r.return_routed_experts:
+                r.routed.append(ex[i : i + 1])
+
+
 class Engine:
     """Owns the model, the scheduler thread and the request queue."""
 
@@ -678,11 +687,7 @@ class Engine:
         batch = self._batch if self._batch is not None else self._build_batch()
         logits, experts = self.im.decode_step(batch.tokens, batch.positions, kv_len=batch.kv_len)
         self.stats["num_decode_steps"] += 1
-        if experts is not None and any(r.return_routed_experts for r in running):
-            ex = experts.to(torch.int32).cpu()
-            for i, r in enumerate(running):
-                if r.return_routed_experts:
-                    r.routed.append(ex[i : i + 1])
+        _record_routed(running, experts)
         t1 = time.perf_counter()
         if self.profile:
             _sync(self.device)
@@ -713,11 +718,7 @@ class Engine:
             self.im.load_step(batch.tokens, batch.positions, batch.counters, batch.sampling)
         toks, lps, experts = self.im.step_sampled(batch.kv_len, batch.sampling.mode)
         self.stats["num_decode_steps"] += 1
-        if experts is not None and any(r.return_routed_experts for r in running):
-            ex = experts.to(torch.int32).cpu()
-            for i, r in enumerate(running):
-                if r.return_routed_experts:
-                    r.routed.append(ex[i : i + 1])
+        _record_routed(running, experts)
         if self.profile:  # sampling is inside the step: all of it counts as forward
             _sync(self.device)
             self.timings["forward_s"] += time.perf_counter() - t0
