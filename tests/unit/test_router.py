@@ -10,9 +10,10 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("sglang_router")
 pytest.importorskip("olmo_core")
 
+from engine_procs import serve_engines  # noqa: E402
+
 from runtime.engines.client import ClientSettings, EngineClient  # noqa: E402
-from runtime.engines.embedded.launch import embedded_argv  # noqa: E402
-from runtime.engines.process import ServerProcess, free_port  # noqa: E402
+from runtime.engines.process import free_port  # noqa: E402
 from runtime.engines.router import RouterSettings, router_argv, start_router  # noqa: E402
 
 
@@ -39,30 +40,7 @@ def test_router_argv_carries_policy_and_thresholds():
 
 @pytest.fixture(scope="module")
 def two_engines(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("engines")
-    procs = []
-    try:
-        for i in range(2):
-            port = free_port()
-            argv = embedded_argv(
-                "engine-test:dense",
-                port=port,
-                max_running_requests=4,
-                context_length=128,
-                threads=1,
-                seed=0,
-            )
-            procs.append(
-                ServerProcess(
-                    f"engine{i}", argv, f"http://127.0.0.1:{port}/health", logs / f"e{i}.log"
-                ).start()
-            )
-        for p in procs:
-            p.wait_healthy(timeout=120)
-        yield [p.health_url.rsplit("/", 1)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.stop(grace=5)
+    yield from serve_engines(tmp_path_factory.mktemp("engines"), 2, max_running_requests=4)
 
 
 def _requests_served(url):

@@ -14,9 +14,10 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("sglang_router")
 pytest.importorskip("olmo_core")
 
+from engine_procs import serve_engines  # noqa: E402
+
 from runtime.config import from_manifest  # noqa: E402
-from runtime.engines.embedded.launch import embedded_argv  # noqa: E402
-from runtime.engines.process import ServerProcess, free_port  # noqa: E402
+from runtime.engines.process import free_port  # noqa: E402
 from runtime.engines.router import RouterSettings, start_router  # noqa: E402
 from runtime.rewards.base import RewardResult, Verifier  # noqa: E402
 from runtime.rollout.collect import Collector, CollectSettings, sample_seed  # noqa: E402
@@ -37,30 +38,7 @@ def _cfg(tmp_path: Path, granularity: str, **inference: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def two_engines(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    logs = tmp_path_factory.mktemp("engines")
-    procs = []
-    try:
-        for i in range(2):
-            port = free_port()
-            argv = embedded_argv(
-                "engine-test:dense",
-                port=port,
-                max_running_requests=8,
-                context_length=128,
-                threads=1,
-                seed=0,
-            )
-            procs.append(
-                ServerProcess(
-                    f"engine{i}", argv, f"http://127.0.0.1:{port}/health", logs / f"e{i}.log"
-                ).start()
-            )
-        for p in procs:
-            p.wait_healthy(timeout=120)
-        yield [p.health_url.rsplit("/", 1)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.stop(grace=5)
+    yield from serve_engines(tmp_path_factory.mktemp("engines"), 2, max_running_requests=8)
 
 
 def _served(url: str) -> int:
