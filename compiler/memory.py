@@ -1,12 +1,28 @@
 """The plan's per-GPU memory estimate, with its parts (bytes counted, GiB reported).
 
 Trainer peak = fp32 weights and Adam states (sharded over the trainer world) + the
-reference model (sharded too) + what the forward saves for backward (activations; under bf16 autocast
-the bf16 weight copies the matmuls keep) + the larger of two backward phases: the LM
-head's (its weight gradient, the saved logits, their gradient and the log-prob chunk
-scratch; the other gradients do not exist yet: the trainer zeroes them to None) and the
-blocks' (all weight gradients, one block rebuilt at a time under recompute). Engine =
-bf16 weights + its KV cache + the prefill's transient + the sampler's logits.
+reference model (sharded too) + the largest of three phases of a step, which are never
+alive together:
+
+- the LM head's backward: everything the forward saved (activations; under bf16 autocast
+  the bf16 weight copies the matmuls keep), the head's weight gradient, the saved logits
+  (the forward computes all ``T x V`` of them; ``runtime.trainer.logprobs`` chunks only
+  their fp32 softmax), their gradient and the log-prob chunk scratch; no other gradient
+  exists yet (the trainer zeroes them to None);
+- the blocks' backward: all weight gradients, one block rebuilt at a time under recompute,
+  and of the saved block inputs only those of the blocks not yet done: block ``k``'s
+  backward holds the inputs of blocks ``0..k`` and the gradients of blocks ``k..L-1``,
+  a sum linear in ``k`` whose larger end is every gradient + one input, or (an input
+  larger than a block's gradients) every input + one block's gradients;
+- the optimizer step: every gradient, plus on CUDA the multi-tensor (``foreach``) AdamW's
+  ``sqrt(v)`` temporary, one fp32 tensor per parameter, all at once (the Adam states are
+  allocated inside the first step).
+
+Engine = bf16 weights + its KV cache + the prefill's transient (one prompt is never split:
+a prefill forward spans up to a whole context, and builds a ``T x T`` int64 position grid)
++ the sampler's logits. Colocated, the trainer steps while the engine's weights and KV stay
+resident, and the engine prefills while the trainer holds its weights and Adam states
+(gradients are None between steps): the larger of the two.
 
 Per-token activation bytes of one block were counted on the CPU with
 ``torch.autograd.graph.saved_tensors_hooks`` on builtin models under bf16 autocast
@@ -74,6 +90,14 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
     # table is looked up, not multiplied), or only the LM head's when blocks are recomputed
     copies = 0 if not gpu else 2 * (head_weight if recompute else max(params - head_weight, 0))
     shard = max(world, 1)
+    # blocks' backward: one block's saved input (or activations) against its gradients
+    per_input = tokens * 4 * s["d"] if recompute else block
+    per_grads = max(params - 2 * head_weight, 0) * 4 / shard / max(s["layers"], 1)
+    held = per_input + max(s["layers"] - 1, 0) * max(per_input - per_grads, 0.0) + outside
+    if tr.get("attention_backend") == "sdpa":
+        held += tokens * tokens * (2 if gpu else 4)
+    # AdamW(foreach=True) on CUDA unless experts are sharded apart (runtime.trainer.trainer)
+    foreach = gpu and int(tr.get("expert_parallel", 1) or 1) == 1
     return {
         "weights_adam": params * 12 / shard,
         "grads": params * 4 / shard,
@@ -86,21 +110,35 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
         "logits_grad": float(logits),
         "logprob_chunks": float(chunks),
         "recompute_block": float(block if recompute else 0),
+        "saved_at_blocks_backward": float(held),
+        "optimizer_step_temp": params * 4 / shard if foreach else 0.0,
     }
 
 
+def trainer_resident(parts: dict[str, float]) -> float:
+    """What the trainer holds between steps: weights, Adam states, the reference."""
+    return parts["weights_adam"] + parts["reference_model"]
+
+
 def trainer_peak(parts: dict[str, float]) -> float:
-    """The head's backward (only its own weight gradient exists yet) and the blocks'
-    backward (every gradient, one recomputed block) are not alive at the same time."""
-    head = parts["head_grad"] + parts["logits"] + parts["logits_grad"] + parts["logprob_chunks"]
-    blocks = parts["grads"] + parts["recompute_block"]
-    return (
-        parts["weights_adam"]
-        + parts["reference_model"]
-        + parts["activations"]
+    """The resident part + the largest of the head's backward, the blocks' backward and
+    the optimizer step (see the module docstring)."""
+    head = (
+        parts["activations"]
         + parts["autocast_weight_copies"]
-        + max(head, blocks)
+        + parts["head_grad"]
+        + parts["logits"]
+        + parts["logits_grad"]
+        + parts["logprob_chunks"]
     )
+    blocks = (
+        parts["grads"]
+        + parts["autocast_weight_copies"]
+        + parts["saved_at_blocks_backward"]
+        + parts["recompute_block"]
+    )
+    step = parts["grads"] + parts["optimizer_step_temp"]
+    return trainer_resident(parts) + max(head, blocks, step)
 
 
 def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
@@ -115,11 +153,16 @@ def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
     else:  # SGLang sizes its token pool
         kv_tokens = int(inf["max_total_tokens"])
     kv = kv_tokens * s["layers"] * 2 * s["kv"] * 2
-    prefill = min(ENGINE_PREFILL_TOKENS, ctx) * (3 * s["f"] + 6 * s["d"]) * 2
+    # a prefill chunk holds up to ENGINE_PREFILL_TOKENS padded tokens, but one prompt is
+    # never split: up to a whole context in one forward
+    rows = min(max(ENGINE_PREFILL_TOKENS, ctx), slots * ctx)
+    prefill = rows * (3 * s["f"] + 6 * s["d"]) * 2
     return {
         "weights": int(c["model"]["num_params"]) * 2 / tp,
         "kv_cache": kv / tp,
         "prefill_transient": prefill / tp,
+        # forward.prefill_batch: the (T, T) int64 query-key distance grid, T the longest prompt
+        "prefill_position_grid": float(ctx * ctx * 8),
         "sampler_logits": float(slots * s["vocab"] * (2 + 3 * 4)),
     }
 
@@ -137,10 +180,12 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "trainer_parts_gib": {},
         "engine_parts_gib": {},
         "formula": "trainer = params*12B/world + reference (params*4B/world with a KL term) + "
-        "saved activations "
-        "(recompute: layers*T*4d, else layers*T*(52d+8f) bf16) + bf16 weight copies + "
-        "max(head grad + logits + logits grad + log-prob chunks, params*4B/world + one "
-        "recomputed block); engine = params*2B/tp + KV + transients",
+        "max(head backward: saved activations (recompute: layers*T*4d, else "
+        "layers*T*(52d+8f) bf16) + bf16 weight copies + head grad + logits + logits grad + "
+        "log-prob chunks; blocks backward: params*4B/world grads + the block inputs not yet "
+        "done + one recomputed block; optimizer step: grads + params*4B/world foreach "
+        "temporary); engine = params*2B/tp + KV + prefill transients; colocated = "
+        "max(trainer + engine weights and KV, trainer weights and Adam + engine)",
     }
     if params is None:
         return out
@@ -156,8 +201,13 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
     out["engine_parts_gib"] = {k: round(v / GIB, 3) for k, v in ep.items()}
     out["trainer_gib_per_gpu"] = round(trainer, 3)
     out["engine_gib_per_gpu"] = round(engine, 3) if ep["kv_cache"] else None
+    # colocated: the trainer's step beside the engine's weights + KV, or the engine's
+    # prefill beside the trainer's weights + Adam states, whichever is larger
+    colocated = max(
+        trainer + (ep["weights"] + ep["kv_cache"]) / GIB, trainer_resident(tp) / GIB + engine
+    )
     out["colocated_gib_per_gpu"] = (
-        round(trainer + engine, 3) if c["inference"]["placement"] == "colocated" else None
+        round(colocated, 3) if c["inference"]["placement"] == "colocated" else None
     )
     out["engine_budget_gib"] = round(
         c["inference"]["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3

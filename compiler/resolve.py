@@ -287,15 +287,15 @@ class _Resolver:
             ev["path"] = _join(self.spec_dir, ev["path"])
 
     def run(self) -> Resolved:
-        from compiler.spec.constants import BUILTIN_MODELS, DEFAULT_SHARED_ROOT
+        from compiler.builtin_shape import builtin_info
+        from compiler.spec.constants import DEFAULT_SHARED_ROOT
 
         self.record_sources()
         self.paths()
         c = self.config
         m, tr, inf, opt, asy = c["model"], c["trainer"], c["inference"], c["optimizer"], c["async"]
         builtin = m["source"].startswith("builtin:")
-        base = m["source"].removeprefix("builtin:").partition("?")[0]
-        info = BUILTIN_MODELS.get(base, {}) if builtin else {}
+        info = builtin_info(m["source"]) if builtin else {}
 
         self.derive(
             "model.format",
