@@ -64,8 +64,9 @@ KINDS = ("namespaces", "userns", "none")
 SETUP_FAILED = "rlc-sandbox: set-up failed"
 UNSANDBOXED_WARNING = (
     "WARNING: the code executor runs UNSANDBOXED (no namespaces, Landlock or seccomp on this "
-    "host, explicitly allowed): programs can read this user's files, use the network and "
-    "signal its processes"
+    "host, explicitly allowed): programs can read this user's files, use the network, "
+    "signal its processes and open the judge's pipes through /proc, so they can forge a "
+    "passing verdict"
 )
 
 STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit", "killed")

@@ -482,6 +482,7 @@ def test_unsandboxed_executor_needs_the_opt_in_and_warns(http):
     with LocalExecutor(ExecutorSettings(workers=1, isolation="none", allow_unsandboxed=True)) as ex:
         health = http.get(ex.url + "/health").json()["isolation"]
         assert health["kind"] == "none" and "UNSANDBOXED" in health["warning"]
+        assert "forge a passing verdict" in health["warning"]  # said, not hidden
         res = run(http, ex, "def f():\n    return 1\n")
         assert res["results"][0]["status"] == "ok" and "UNSANDBOXED" in res["isolation"]["warning"]
 
