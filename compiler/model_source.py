@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,21 @@ NO_HF_EXPORT = {
     "moe": "shared-expert MoE blocks (builtin MoE models) have no transformers architecture",
     "hybrid_moe": "parallel dense+MoE (hybrid MoE) blocks have no transformers architecture",
 }
+
+
+# ``owner/name`` as written in a spec: a Hugging Face Hub id, which is never downloaded.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def hub_id_problem(written: str) -> str:
+    """Why a missing source written as ``owner/name`` is refused ("" otherwise): the runtime
+    reads directories only, and a Hub id is a relative path that nothing will create."""
+    if not _HUB_ID.fullmatch(written) or written.startswith("builtin:"):
+        return ""
+    return (
+        "no such directory, and Hugging Face Hub ids are not downloaded: "
+        f"download it (huggingface-cli download {written} --local-dir DIR) and give DIR"
+    )
 
 
 # path -> identity of everything the last ``inspect`` looked at: the compile cache stores it
@@ -157,8 +173,9 @@ def _tokenizer_problem(path: str, what: str) -> str:
     return ""
 
 
-def inspect(source: str, fmt: str | None, hf_template: str | None) -> SourceInfo:
-    """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass."""
+def inspect(source: str, fmt: str | None, hf_template: str | None, written: str = "") -> SourceInfo:
+    """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass,
+    except a missing one ``written`` in the spec as a Hub id (``owner/name``)."""
     _TOUCHED.clear()
     if source.startswith("builtin:"):
         return SourceInfo()
@@ -167,8 +184,9 @@ def inspect(source: str, fmt: str | None, hf_template: str | None) -> SourceInfo
     if hf_template:
         _note(hf_template, os.path.join(hf_template, "tokenizer.json"))
     if not os.path.isdir(source):  # a file is readable now and wrong; absent may be remote
-        exists = os.path.exists(source)
-        return SourceInfo(problem="not a directory" if exists else "")
+        if os.path.exists(source):
+            return SourceInfo(problem="not a directory")
+        return SourceInfo(problem=hub_id_problem(written))
     if os.path.isfile(os.path.join(source, NATIVE_META)):
         meta = _read_json(os.path.join(source, NATIVE_META))
         if isinstance(meta, str):

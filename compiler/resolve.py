@@ -291,6 +291,7 @@ class _Resolver:
         from compiler.spec.constants import DEFAULT_SHARED_ROOT
 
         self.record_sources()
+        written = str(self.value("model.source"))
         self.paths()
         c = self.config
         m, tr, inf, opt, asy = c["model"], c["trainer"], c["inference"], c["optimizer"], c["async"]
@@ -308,7 +309,7 @@ class _Resolver:
         self.source_info = (
             self.given_source_info
             if self.given_source_info is not None
-            else model_source.inspect(m["source"], m["format"], m["hf_template"])
+            else model_source.inspect(m["source"], m["format"], m["hf_template"], written)
         )
         if builtin:
             arch, formula = info.get("architecture", "dense"), "the builtin model's architecture"

@@ -147,6 +147,19 @@ def test_unreadable_source_is_left_to_run_time(tmp_path: Path) -> None:
     assert r.ok, _codes(r)
 
 
+def test_a_missing_hub_id_is_refused_with_the_download_hint(tmp_path: Path) -> None:
+    """``owner/name`` is a relative path nothing creates: the runtime never downloads."""
+    r, _ = _compile(tmp_path, "allenai/OLMoE-1B-7B-0924")
+    errors = [d for d in r.errors if d.code == "model-source-unloadable"]
+    assert errors and "huggingface-cli download allenai/OLMoE-1B-7B-0924" in errors[0].message
+    assert errors[0].span is not None and errors[0].span.line == 5
+    _hf_dir(tmp_path / "allenai" / "OLMoE-1B-7B-0924")  # the downloaded directory is a source
+    r, _ = _compile(tmp_path, "allenai/OLMoE-1B-7B-0924")
+    assert r.ok, _codes(r)
+    r, _ = _compile(tmp_path, "ckpts/step-3/model/x")  # other missing relative paths: run time
+    assert r.ok, _codes(r)
+
+
 def test_validate_exits_2_without_importing_torch(tmp_path: Path) -> None:
     src = _hf_dir(tmp_path / "ckpt", "olmo_hybrid")
     _, spec = _compile(tmp_path, str(src))
