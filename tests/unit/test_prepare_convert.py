@@ -63,3 +63,38 @@ def test_sglang_conversion_writes_a_transformers_checkpoint(tmp_path: Path) -> N
         diff = (hf(x).logits - src.model(x)).abs().max().item()  # type: ignore[attr-defined]
     assert diff < 1e-5
     assert (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["olmo3", "olmoe"])
+def test_olmo_core_source_trains_exports_and_serves(tmp_path: Path, family: str) -> None:
+    """An OLMo-core checkpoint whose tokenizer is only in hf_template: one GRPO update, then
+    the HF export loads in transformers with our logits, and the embedded engine serves it."""
+    from test_hf_families import _samples, write_hf_checkpoint
+
+    from runtime.engines.embedded.forward import InferenceModel
+    from runtime.models import export_hf
+    from runtime.trainer import Trainer, TrainerConfig
+
+    write_hf_checkpoint(tmp_path / "hf", family)
+    ckpt, tpl, _ = _olmo_core_checkpoint(tmp_path, str(tmp_path / "hf"))
+    assert not (ckpt / "tokenizer.json").exists()
+    lm = load_model(str(ckpt), hf_template=str(tpl))
+    assert lm.family == ("moe" if family == "olmoe" else "dense")
+    cfg = TrainerConfig(model_source=str(ckpt), hf_template=str(tpl), lr=1e-2)
+    trainer = Trainer(cfg, loaded=lm)
+    trainer.train_step(_samples(lm.tokenizer))
+    out = tmp_path / "export"
+    export_hf(lm, lm.tokenizer, out, state_dict=trainer.state_dict_for_publication())
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    assert (out / "tokenizer.json").is_file()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    x = torch.randint(
+        0, lm.tokenizer.vocab_size, (1, 20), generator=torch.Generator().manual_seed(0)
+    )
+    trainer.model.eval()
+    with torch.no_grad():
+        ours = trainer.model(x)
+        assert (hf(x).logits - ours).abs().max().item() < 2e-5
+    im = InferenceModel(trainer.model, max_slots=1, capacity=32)
+    logits, _ = im.prefill(x[0].tolist(), slot=0, all_logits=True)
+    assert (logits - ours[0]).abs().max().item() < 1e-4
