@@ -8,20 +8,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sglang_wheel import PIN, ROOT, pinned_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
-PIN = json.loads((ROOT / "runtime.lock.json").read_text())["sources"]["sglang"]["version"]
 SGLANG_SPECS = ("gsm8k-dense.toml", "moe-async.toml", "multinode.toml")
 VARIANTS = (
     (),
@@ -31,24 +25,7 @@ VARIANTS = (
 
 @pytest.fixture(scope="module")
 def wheel() -> Path:
-    given = os.environ.get("RLC_SGLANG_WHEEL")
-    if given:
-        return Path(given)
-    cache = Path(tempfile.gettempdir()) / f"rlc-sglang-wheel-{PIN}"
-    found = sorted(cache.glob(f"sglang-{PIN}-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"sglang=={PIN}"]
-        try:
-            proc = subprocess.run(
-                [*cmd, "-d", str(cache)], capture_output=True, text=True, timeout=300
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            pytest.skip(f"the sglang {PIN} wheel could not be fetched: {exc}")
-        found = sorted(cache.glob(f"sglang-{PIN}-*.whl"))
-        if proc.returncode != 0 or not found:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
-            pytest.skip(f"the sglang {PIN} wheel could not be fetched with pip: {tail}")
-    return found[0]
+    return pinned_wheel()
 
 
 @pytest.fixture(scope="module")
