@@ -332,5 +332,8 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "runtime.seed": (_CFG,),
     # [native.*]
     "native.sglang": ("argv:compiler.argv:native_sglang_argv",),
-    "native.olmo_core": ("compile:checked against the pinned OLMo-core option table",),
+    "native.olmo_core": (
+        "compile:checked against the pinned OLMo-core option table, then refused at its line "
+        "(compiler.native.NOT_APPLIED): the trainer reads none of these options",
+    ),
 }

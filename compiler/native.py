@@ -5,6 +5,10 @@ statically from the pinned release by ``scripts/gen_native_<tool>.py``): unknown
 get did-you-mean, values are type- and choice-checked, and options that rlc itself sets
 from its own sections are refused with the field to use instead. `sglang_argv` renders
 checked options as SGLang command-line flags; `explain_native` prints an option's own help.
+`[native.olmo_core]` options are checked the same way and then refused: the trainer builds
+its OLMo-core model, mesh and optimizer from rlc's own fields and reads none of them, and a
+spec compiles only to what runs (a `dp_config` the compiler kept would promise a topology
+the runtime does not produce).
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from compiler.resources import native_dir
 
 TOOLS = ("sglang", "olmo_core")
 
+_MESH = (
+    "rlc plans the trainer mesh from trainer.gpus, trainer.nodes and trainer.expert_parallel "
+    "(FSDP on one node, HSDP across trainer nodes, EP over the shard dimension)"
+)
 # Options rlc derives or places itself -> what to set instead. Keys are table keys.
 OWNED: dict[str, dict[str, str]] = {
     "sglang": {
@@ -48,7 +56,28 @@ OWNED: dict[str, dict[str, str]] = {
         "chunked_prefill_size": "set inference.chunked_prefill_size instead",
         "max_mamba_cache_size": "set inference.max_mamba_cache_size instead",
     },
-    "olmo_core": {},
+    "olmo_core": {
+        **dict.fromkeys(
+            ("dp_config.name", "dp_config.num_replicas", "dp_config.shard_degree"), _MESH
+        ),
+        "dp_config.param_dtype": "set model.dtype instead (the compute dtype; master weights stay fp32)",
+        "dp_config.reduce_dtype": "gradients are always reduced in fp32; set model.dtype for compute",
+        "autocast_precision": "set model.dtype instead",
+        **dict.fromkeys(
+            (
+                "ac_config.mode",
+                "ac_config.block_interval",
+                "ac_config.modules",
+                "ac_config.activation_memory_budget",
+            ),
+            "set trainer.activation_recompute instead (full recompute of every block)",
+        ),
+    },
+}
+# Tools whose checked options the runtime does not apply: every option is refused with this.
+NOT_APPLIED: dict[str, str] = {
+    "olmo_core": "the trainer does not read [native.olmo_core]: it builds its OLMo-core model, "
+    "mesh and optimizer from rlc's own fields; remove the option",
 }
 
 
@@ -249,6 +278,17 @@ def check_native(
                 )
             )
             continue
+        if name in NOT_APPLIED:
+            out.append(
+                Diagnostic(
+                    "error",
+                    "native-not-applied",
+                    f"{where}: {key!r} is an option of {table.distribution} that rlc does not apply",
+                    span,
+                    help=(NOT_APPLIED[name],),
+                )
+            )
+            continue
         problem = _type_error(opt, value)
         if problem is not None:
             out.append(Diagnostic("error", "native-type", f"{where}: {key!r} {problem}", span))
@@ -343,18 +383,6 @@ def sglang_argv(options: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-def olmo_core_overrides(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Checked `[native.olmo_core]` options as a nested dict for the train-module config."""
-    out: dict[str, Any] = {}
-    for key, value in sorted(flatten_options("olmo_core", options).items()):
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
 def explain_native(name: str, key: str) -> str:
     """The text of `rlc explain native.NAME.KEY`: the option's own help, type, default, choices."""
     table = load_native_table(name)
@@ -380,6 +408,8 @@ def explain_native(name: str, key: str) -> str:
     owned = OWNED.get(name, {}).get(canon)
     if owned:
         lines.append(f"  owned by rlc: {owned}")
+    elif name in NOT_APPLIED:
+        lines.append(f"  not applied: {NOT_APPLIED[name]}")
     if opt.help:
         lines.append("")
         lines.extend(textwrap.wrap(opt.help, width=88, initial_indent="  ", subsequent_indent="  "))

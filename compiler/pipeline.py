@@ -338,12 +338,15 @@ def _native_checks(resolved: Any, bound: Any) -> list[Diagnostic]:
         if not options:
             continue
         try:  # only specs with native options pay for the option tables
-            from compiler.native import check_native
+            from compiler.native import check_native, flatten_options
         except ImportError:
             return []
         spans: dict[str, Span | None] = {}
-        for key in options:
-            found = bound.writer(("native", tool, key))
+        for key in flatten_options(tool, options):  # nested tables: the inner key's line
+            parts = key.split(".")
+            found = bound.writer(("native", tool, *parts)) or bound.writer(
+                ("native", tool, parts[0])
+            )
             spans[f"native.{tool}.{key}"] = found[1].key_span if found else None
         out.extend(check_native(tool, options, spans) or [])
     return out

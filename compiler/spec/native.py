@@ -14,5 +14,6 @@ class NativeSection(Section):
         default={}, description="extra SGLang server options (underscored names)"
     )
     olmo_core: dict[str, Any] = Field(
-        default={}, description="extra OLMo-core train-module options"
+        default={},
+        description="OLMo-core train-module options: checked against the pinned table, then refused (the trainer reads none of them)",
     )

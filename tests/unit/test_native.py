@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -18,7 +17,6 @@ from compiler.native import (
     explain_native,
     flatten_options,
     load_native_table,
-    olmo_core_overrides,
     sglang_argv,
 )
 from compiler.resources import native_dir
@@ -150,16 +148,31 @@ def test_olmo_core_nested_tables_are_flattened_and_checked():
         "ac_config.mode": "ful",
     }
     ds = check_native("olmo_core", opts, {"ac_config.mode": Span("s", 9, 8, 9, 13)})
-    assert codes(ds) == ["native-choice"] and ds[0].span == Span("s", 9, 8, 9, 13)
+    assert codes(ds) == ["native-owned"] * 3 and ds[2].span == Span("s", 9, 8, 9, 13)
     assert (
         check_native("olmo_core", {"dp_config": {"nme": "x"}})[0]
         .help[0]
         .startswith("did you mean 'dp_config.name'")
     )
-    assert olmo_core_overrides({"dp_config.name": "ddp", "compile_model": True}) == {
-        "compile_model": True,
-        "dp_config": {"name": "ddp"},
-    }
+
+
+def test_olmo_core_options_are_refused_the_trainer_does_not_read_them():
+    """A checked `[native.olmo_core]` value would be silently ignored by the trainer (a
+    dp_config would even promise a mesh it does not build): each is an error at its line,
+    naming rlc's own field where there is one."""
+    span = Span("s", 3, 1, 3, 15)
+    ds = check_native(
+        "olmo_core",
+        {"dp_config": {"name": "ddp", "shard_degree": 4}, "compile_model": True},
+        {"dp_config.name": span},
+    )
+    assert codes(ds) == ["native-owned", "native-owned", "native-not-applied"]
+    assert ds[0].span == span and "trainer.expert_parallel" in ds[0].help[0]
+    assert "HSDP across trainer nodes" in ds[1].help[0]
+    assert "does not read [native.olmo_core]" in ds[2].help[0]
+    (d,) = check_native("olmo_core", {"ac_config": {"mode": "full"}})
+    assert d.code == "native-owned" and "trainer.activation_recompute" in d.help[0]
+    assert "not applied:" in explain_native("olmo_core", "compile_model")
 
 
 def test_bool_default_true_without_negation_cannot_be_turned_off(monkeypatch):
@@ -179,7 +192,9 @@ def test_bool_default_true_without_negation_cannot_be_turned_off(monkeypatch):
 
 
 def test_olmo_core_false_bools_are_plain_values():
-    assert check_native("olmo_core", {"dp_config": {"only_allreduce_last_microbatch": False}}) == []
+    """No command-line form to worry about: refused as not applied, not as a flag problem."""
+    ds = check_native("olmo_core", {"dp_config": {"only_allreduce_last_microbatch": False}})
+    assert codes(ds) == ["native-not-applied"]
 
 
 # -- argv -------------------------------------------------------------------------------
@@ -313,20 +328,11 @@ def test_sglang_generator_reads_fields_statically(tmp_path):
     assert "sglang/srt/arg_groups/fields/demo.py" in table["source_sha256"]
 
 
-def _wheel() -> Path | None:
-    env = os.environ.get("RLC_SGLANG_WHEEL")
-    if env:
-        return Path(env)
-    found = (
-        sorted(Path("/tmp/sgl").glob("sglang-0.5.23-*.whl")) if Path("/tmp/sgl").is_dir() else []
-    )
-    return found[0] if found else None
-
-
 def test_sglang_table_regenerates_identically(tmp_path):
-    wheel = _wheel()
-    if wheel is None or not wheel.exists():
-        pytest.skip("sglang 0.5.23 wheel not present (set RLC_SGLANG_WHEEL); `pip download`s it")
+    from sglang_wheel import PIN, pinned_wheel
+
+    assert PIN == "0.5.23"  # the version schemas/native/sglang.json was generated from
+    wheel = pinned_wheel()
     gen = load_script("gen_native_sglang")
     out = tmp_path / "sglang.json"
     assert gen.main([str(wheel), "-o", str(out)]) == 0
