@@ -47,6 +47,30 @@ def plan_mesh(world_size: int, nodes: int, expert_parallel: int) -> MeshPlan:
     return MeshPlan(world_size, 1, world_size, 1)
 
 
+def world_mesh(plan: MeshPlan, device_type: str) -> Any:
+    """OLMo-core's world mesh for ``plan`` (built once per process, then reused): HSDP
+    ``(dp_replicate, dp_shard)`` with the EP mesh over ``dp_shard``, or one ``dp`` dim."""
+    from olmo_core.distributed.parallel import (
+        DataParallelConfig,
+        DataParallelType,
+        ExpertParallelConfig,
+        build_world_mesh,
+        get_world_mesh,
+    )
+
+    mesh = get_world_mesh()
+    if mesh is not None:
+        return mesh
+    if plan.hsdp:
+        dp = DataParallelConfig(
+            name=DataParallelType.hsdp, num_replicas=plan.replicas, shard_degree=plan.shard
+        )
+    else:
+        dp = DataParallelConfig(name=DataParallelType.fsdp)
+    ep = ExpertParallelConfig(degree=plan.expert_parallel) if plan.expert_parallel > 1 else None
+    return build_world_mesh(dp=dp, ep=ep, device_type=device_type)
+
+
 def parallelize(
     model: torch.nn.Module,
     plan: MeshPlan,
@@ -61,30 +85,13 @@ def parallelize(
     sharding only keeps each rank's slice. ``param_dtype`` is the compute dtype of the
     gathered parameters (bf16 on GPUs); the sharded master copy stays fp32.
     """
-    from olmo_core.distributed.parallel import (
-        DataParallelConfig,
-        DataParallelType,
-        ExpertParallelConfig,
-        build_world_mesh,
-        get_dp_model_mesh,
-        get_ep_mesh,
-        get_world_mesh,
-    )
+    from olmo_core.distributed.parallel import get_dp_model_mesh, get_ep_mesh
     from torch.distributed.fsdp import FSDPModule
 
     # gathering an expert weight (EP shard inside an FSDP shard) takes two all-gathers;
     # DTensor warns about that on every publication: expected here, so keep the log clean
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
-    mesh = get_world_mesh()
-    if mesh is None:
-        if plan.hsdp:
-            dp = DataParallelConfig(
-                name=DataParallelType.hsdp, num_replicas=plan.replicas, shard_degree=plan.shard
-            )
-        else:
-            dp = DataParallelConfig(name=DataParallelType.fsdp)
-        ep = ExpertParallelConfig(degree=plan.expert_parallel) if plan.expert_parallel > 1 else None
-        mesh = build_world_mesh(dp=dp, ep=ep, device_type=device.type)
+    mesh = world_mesh(plan, device.type)
     moe = bool(getattr(model, "is_moe", False))
     if plan.expert_parallel > 1:
         if not moe:

@@ -105,6 +105,33 @@ class TrainerRanks:
                 self.ctx.close(timeout=5)
 
 
+def rank_env(
+    node_rank: int,
+    local_rank: int,
+    nprocs: int,
+    world_size: int,
+    addr: str,
+    port: int,
+    device: str,
+    cpus: int,
+) -> dict[str, str]:
+    """The torch.distributed environment of one rank (global rank ``node_rank * nprocs +
+    local_rank``; on GPUs its device is ``cuda:LOCAL_RANK``; on CPU the cores are split)."""
+    env = {
+        "RANK": str(node_rank * nprocs + local_rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(nprocs),
+        "GROUP_RANK": str(node_rank),
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": f"node{node_rank}",  # names the log directory
+    }
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = str(max(1, cpus // nprocs))
+    return env
+
+
 def start_ranks(
     manifest_path: str | Path,
     *,
@@ -126,23 +153,12 @@ def start_ranks(
     if not local:
         return TrainerRanks([], None, logs)
     logs.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // nprocs) if device == "cpu" else None
     envs: dict[int, dict[str, str]] = {}
     args: dict[int, tuple[str, ...]] = {}
     for idx, lr in enumerate(local):
-        env = {
-            "RANK": str(first + lr),
-            "LOCAL_RANK": str(lr),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(nprocs),
-            "GROUP_RANK": str(node_rank),
-            "MASTER_ADDR": addr,
-            "MASTER_PORT": str(port),
-            "TORCHELASTIC_RUN_ID": f"node{node_rank}",  # names the log directory
-        }
-        if threads is not None:
-            env["OMP_NUM_THREADS"] = str(threads)
-        envs[idx] = env
+        envs[idx] = rank_env(
+            node_rank, lr, nprocs, world_size, addr, port, device, os.cpu_count() or 1
+        )
         args[idx] = ("-m", "runtime.trainer.ranks", str(manifest_path))
     ctx = start_processes(
         name="trainer",

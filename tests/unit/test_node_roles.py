@@ -105,3 +105,65 @@ def test_managed_judges_are_reached_where_their_node_registered_them() -> None:
     out = with_judge_urls(bindings, found)
     assert out["a"].url == "http://10.0.0.7:31000"
     assert out["b"] == bindings["b"]
+
+
+def _py(argv: list[str]) -> list[str]:
+    import sys
+
+    return ["python" if a == sys.executable else a for a in argv]
+
+
+def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
+    """The whole command line and environment each role gets, on the node the plan gives
+    it, with the addresses and ports that node really has (what the registry carries)."""
+    from runtime.execute import default_router_argv, engine_command
+    from runtime.placement import engine_env, node_identity, roles_for
+    from runtime.trainer.ranks import rank_env
+
+    cpu = config("multinode-cpu.toml")
+    assert engine_command(cpu, 1, 40002, host="127.0.1.2")[1:] == [
+        "-m", "runtime.engines.embedded", "--model", "builtin:tiny", "--host", "127.0.1.2",
+        "--port", "40002", "--device", "cpu", "--max-running-requests", "64",
+        "--context-length", "64", "--seed", "17", "--threads", "1", "--dtype", "float32",
+    ]  # fmt: skip
+    urls = ["http://127.0.1.2:40001", "http://127.0.1.2:40002"]
+    router = _py(default_router_argv(cpu, urls, 29000, host="127.0.1.1"))
+    router[router.index("--prometheus-port") + 1] = "PORT"  # a free port of the node
+    assert router == [
+        "python", "-m", "sglang_router.launch_router", "--host", "127.0.1.1",
+        "--port", "29000", "--worker-urls", *urls, "--policy", "cache_aware",
+        "--request-timeout-secs", "1800", "--health-check-interval-secs", "60",
+        "--log-level", "warn", "--prometheus-host", "127.0.0.1", "--prometheus-port", "PORT",
+        "--cache-threshold", "0.5", "--balance-abs-threshold", "32",
+        "--balance-rel-threshold", "1.0001", "--eviction-interval-secs", "60",
+        "--max-tree-size", "67108864", "--disable-circuit-breaker",
+    ]  # fmt: skip
+    # CPU trainer ranks split the node's cores
+    assert rank_env(0, 1, 2, 2, "127.0.0.1", 29500, "cpu", 2) == {
+        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "node0", "OMP_NUM_THREADS": "1",
+    }  # fmt: skip
+
+    gpu = config("multinode.toml")
+    env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
+    node2 = roles_for(gpu.placement, node_identity({**env, "BEAKER_REPLICA_RANK": "2"}))
+    e1 = node2.engines[1]
+    assert (e1.id, engine_env(e1)) == (1, {"CUDA_VISIBLE_DEVICES": "1"})
+    assert _py(engine_command(gpu, 1, 41001, host="0.0.0.0")) == [
+        "python", "-m", "sglang.launch_server",
+        "--model-path", "/weka/oe-training-default/rlc/models/OLMoE-1B-7B-hf",
+        "--tp-size", "1", "--context-length", "8192", "--max-running-requests", "64",
+        "--max-total-tokens", "524288", "--mem-fraction-static", "0.6",
+        "--random-seed", "17", "--dtype", "bfloat16", "--cuda-graph-max-bs-decode", "64",
+        "--disable-radix-cache", "--enable-return-routed-experts",
+        "--host", "0.0.0.0", "--port", "41001",
+    ]  # fmt: skip
+    # trainer node 1 (second of two): ranks 8..15 on its GPUs 0..7, rank 0 on node 0
+    # ("lead", at the port rank 0 registered)
+    node1 = rank_env(1, 3, 8, 16, "lead", 29500, "cuda", 128)
+    assert node1 == {
+        "RANK": "11", "LOCAL_RANK": "3", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
+        "GROUP_RANK": "1", "MASTER_ADDR": "lead", "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "node1",
+    }  # fmt: skip
