@@ -34,6 +34,8 @@ def builtin_info(source: str) -> dict[str, Any]:
         key, _, val = part.partition("=")
         if key == "vocab_size" and val.isdigit():
             vocab = int(val)
+        elif key in ("d_model", "n_layers", "num_experts"):
+            info.pop("expert_params", None)  # another shape: the split is not known
     d, old = int(info.get("hidden", 0)), int(info.get("vocab", 0))  # type: ignore[call-overload]
     if d and old:  # embedding table + LM head
         info["params"] = int(info["params"]) + 2 * (vocab - old) * d  # type: ignore[call-overload]

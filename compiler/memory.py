@@ -1,8 +1,14 @@
 """The plan's per-GPU memory estimate, with its parts (bytes counted, GiB reported).
 
-Trainer peak = fp32 weights and Adam states (sharded over the trainer world) + the
-reference model (sharded too) + the largest of three phases of a step, which are never
-alive together:
+Trainer peak = fp32 weights and Adam states (sharded as the trainer's mesh shards them) +
+the reference model (sharded too) + the largest of three phases of a step, which are never
+alive together. The mesh is ``runtime.trainer.parallel.plan_mesh``'s: FSDP over the world on
+one node; HSDP across trainer nodes (a parameter is split over the GPUs of one node and
+replicated across nodes); with ``trainer.expert_parallel = E`` HSDP with shards of ``E``
+ranks, where the routed experts are split over the whole world (EP over the shard
+dimension, FSDP over the replicas) and every other parameter over ``E`` ranks only. Where
+the experts' share of the parameters is not known, all are counted as split over the shard:
+
 
 - the LM head's backward: everything the forward saved (activations; under bf16 autocast
   the bf16 weight copies the matmuls keep), the head's weight gradient, the saved logits
@@ -66,10 +72,38 @@ def _shape(source: str, info: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def shard_degree(world: int, nodes: int, expert_parallel: int) -> int:
+    """Ranks a non-expert parameter is split over (``runtime.trainer.parallel.plan_mesh``;
+    a test keeps the two equal)."""
+    if expert_parallel > 1:
+        return expert_parallel
+    if nodes > 1 and world % nodes == 0:
+        return world // nodes
+    return max(world, 1)
+
+
+def params_per_rank(c: dict[str, Any], info: dict[str, Any], world: int) -> float:
+    """Parameters one trainer rank holds the shards of: the experts over the world, the
+    rest over the shard degree (all over the shard degree where the split is unknown)."""
+    params = int(c["model"]["num_params"])
+    tr = c["trainer"]
+    nodes = int(tr.get("nodes", 1) or 1)
+    shard = shard_degree(max(world, 1), nodes, int(tr.get("expert_parallel", 1) or 1))
+    if shard == max(world, 1):
+        return params / shard
+    experts = min(int(info.get("expert_params") or 0), params)
+    return experts / max(world, 1) + (params - experts) / shard
+
+
 def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[str, float]:
     """Bytes per trainer GPU by part (see the module docstring for the model)."""
     params = int(c["model"]["num_params"])
     tr, opt = c["trainer"], c["optimizer"]
+    mine = params_per_rank(c, info, world)  # parameters whose shards this rank holds
+    # the LM head and embedding are not experts: split over the shard degree
+    shard = shard_degree(
+        max(world, 1), int(tr.get("nodes", 1) or 1), int(tr.get("expert_parallel", 1) or 1)
+    )
     s = _shape(c["model"]["source"], info)
     tokens = int(tr["packing_max_tokens"] or c["inference"]["max_context_length"])
     gpu = tr.get("device", "cpu") == "cuda"
@@ -89,20 +123,19 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
     # autocast's bf16 weight copies saved for backward: every matmul weight (the embedding
     # table is looked up, not multiplied), or only the LM head's when blocks are recomputed
     copies = 0 if not gpu else 2 * (head_weight if recompute else max(params - head_weight, 0))
-    shard = max(world, 1)
     # blocks' backward: one block's saved input (or activations) against its gradients
     per_input = tokens * 4 * s["d"] if recompute else block
-    per_grads = max(params - 2 * head_weight, 0) * 4 / shard / max(s["layers"], 1)
+    per_grads = max(mine - 2 * head_weight / shard, 0) * 4 / max(s["layers"], 1)
     held = per_input + max(s["layers"] - 1, 0) * max(per_input - per_grads, 0.0) + outside
     if tr.get("attention_backend") == "sdpa":
         held += tokens * tokens * (2 if gpu else 4)
     # AdamW(foreach=True) on CUDA unless experts are sharded apart (runtime.trainer.trainer)
     foreach = gpu and int(tr.get("expert_parallel", 1) or 1) == 1
     return {
-        "weights_adam": params * 12 / shard,
-        "grads": params * 4 / shard,
+        "weights_adam": mine * 12,
+        "grads": mine * 4,
         # the frozen KL reference is sharded like the policy (fp32 weights, no states)
-        "reference_model": params * 4.0 / shard if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
+        "reference_model": mine * 4.0 if float(opt.get("kl_coef", 0.0)) > 0 else 0.0,
         "activations": float(saved),
         "autocast_weight_copies": float(copies),
         "head_grad": head_weight * 4 / shard,
@@ -111,7 +144,7 @@ def trainer_parts(c: dict[str, Any], info: dict[str, Any], world: int) -> dict[s
         "logprob_chunks": float(chunks),
         "recompute_block": float(block if recompute else 0),
         "saved_at_blocks_backward": float(held),
-        "optimizer_step_temp": params * 4 / shard if foreach else 0.0,
+        "optimizer_step_temp": mine * 4 if foreach else 0.0,
     }
 
 
@@ -179,13 +212,15 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "engine_budget_gib": None,
         "trainer_parts_gib": {},
         "engine_parts_gib": {},
-        "formula": "trainer = params*12B/world + reference (params*4B/world with a KL term) + "
+        "formula": "trainer = P*12B + reference (P*4B with a KL term) + "
         "max(head backward: saved activations (recompute: layers*T*4d, else "
         "layers*T*(52d+8f) bf16) + bf16 weight copies + head grad + logits + logits grad + "
-        "log-prob chunks; blocks backward: params*4B/world grads + the block inputs not yet "
-        "done + one recomputed block; optimizer step: grads + params*4B/world foreach "
-        "temporary); engine = params*2B/tp + KV + prefill transients; colocated = "
-        "max(trainer + engine weights and KV, trainer weights and Adam + engine)",
+        "log-prob chunks; blocks backward: P*4B grads + the block inputs not yet "
+        "done + one recomputed block; optimizer step: grads + P*4B foreach "
+        "temporary); P = the parameters one rank holds shards of: params/world on one "
+        "node, params/(GPUs per node) across nodes (HSDP), with expert_parallel E "
+        "experts/world + the rest/E; engine = params*2B/tp + KV + prefill transients; "
+        "colocated = max(trainer + engine weights and KV, trainer weights and Adam + engine)",
     }
     if params is None:
         return out

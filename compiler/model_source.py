@@ -143,6 +143,7 @@ def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
     out["ffn_hidden"] = inter * (int(cfg.get("num_experts_per_tok") or 1) if experts else 1)
     if experts:
         out["experts"] = experts
+        out["expert_params"] = layers * experts * 3 * d * inter
     return out
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # Builtin random-init models (no download). Sizes feed the plan's memory estimate: the
 # parameter count as built at the tokenizer's vocabulary (``compiler.builtin_shape`` adds a
-# ``vocab_size`` override; tests/unit/test_memory_estimate.py builds each to check it).
+# ``vocab_size`` override; tests/unit/test_memory_estimate.py builds each to check it, with
+# its shape and ``expert_params``, the routed experts' weights, which shard differently).
 BUILTIN_MODELS: dict[str, dict[str, object]] = {
     "tiny": {
         "architecture": "dense",
@@ -44,6 +45,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
     },
     "tiny-hybrid-moe": {
         "experts": 4,
+        "expert_params": 49_152,
         "architecture": "hybrid_moe",
         "params": 222_400,
         "layers": 2,
@@ -55,6 +57,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
     },
     "tiny-moe": {
         "experts": 4,
+        "expert_params": 49_152,
         "architecture": "moe",
         "params": 222_272,
         "layers": 2,
@@ -88,25 +91,27 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
     },
     "smallmoe": {
         "experts": 32,
+        "expert_params": 339_738_624,
         "architecture": "moe",
         "params": 411_931_392,
         "active_params": 250_000_000,
-        "layers": 8,
-        "hidden": 1024,
-        "kv_heads": 8,
-        "head_dim": 128,
+        "layers": 12,
+        "hidden": 768,
+        "kv_heads": 12,
+        "head_dim": 64,
         "vocab": 704,
         "description": "OLMoE-style small MoE (32 experts, top-4), random init",
     },
     "small-hybrid-moe": {
         "experts": 32,
+        "expert_params": 339_738_624,
         "architecture": "hybrid_moe",
         "params": 411_940_608,
         "active_params": 300_000_000,
-        "layers": 8,
-        "hidden": 1024,
-        "kv_heads": 8,
-        "head_dim": 128,
+        "layers": 12,
+        "hidden": 768,
+        "kv_heads": 12,
+        "head_dim": 64,
         "vocab": 704,
         "description": "hybrid (linear + full attention) MoE, random init",
     },

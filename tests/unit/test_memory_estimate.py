@@ -202,7 +202,57 @@ def test_builtin_params_match_the_built_model() -> None:
         tok = DIGIT_TOKENIZER_VOCAB if name == "tiny-digits" else TEXT_TOKENIZER_VOCAB
         _, config = builtin_config(name, tok, 0)
         model = config.build(init_device="meta")
-        assert sum(p.numel() for p in model.parameters()) == builtin_info(source)["params"]
+        info = builtin_info(source)
+        assert sum(p.numel() for p in model.parameters()) == info["params"]
+        # the shape the activation model reads, and the routed experts' share
+        assert (info["hidden"], info["layers"]) == (config.d_model, config.n_layers), name
+        attn = model.blocks["0"].attention
+        assert info["kv_heads"] * info["head_dim"] == attn.w_k.out_features, name
+        experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+        assert info.get("expert_params", 0) == experts, name
+
+
+def test_the_plan_shards_like_the_trainer_mesh() -> None:
+    """Weights and Adam states per GPU follow the mesh the trainer builds: HSDP across
+    trainer nodes splits a parameter over one node's GPUs only; with expert parallelism the
+    routed experts are split over the world and the rest over the EP shard only."""
+    from compiler.memory import shard_degree
+    from runtime.trainer.parallel import plan_mesh
+
+    for world, nodes, ep in [(1, 1, 1), (8, 1, 1), (8, 1, 2), (16, 2, 1), (16, 2, 8), (32, 4, 16)]:
+        assert shard_degree(world, nodes, ep) == plan_mesh(world, nodes, ep).shard
+
+    def weights(sets: list[str]) -> float:
+        plan = compile_spec(str(ROOT / "specs" / "examples" / "gpu-moe.toml"), sets).manifest()
+        return plan["plan"]["memory"]["trainer_parts_gib"]["weights_adam"] * GIB
+
+    moe = builtin_info("builtin:smallmoe")
+    experts, rest = moe["expert_params"], moe["params"] - moe["expert_params"]
+    gpus = ["trainer.gpus=8", "inference.gpus=8", "inference.num_engines=8"]
+    assert weights(gpus) == pytest.approx(moe["params"] * 12 / 8, rel=1e-3)
+    ep2 = weights([*gpus, "trainer.expert_parallel=2"])
+    assert ep2 == pytest.approx((experts / 8 + rest / 2) * 12, rel=1e-3)
+
+    dense = compile_spec(
+        str(ROOT / "specs" / "examples" / "multinode.toml"),
+        ['model.architecture="dense"', "trainer.expert_parallel=1", "trainer.router_replay=false"],
+    ).manifest()
+    params = dense["config"]["model"]["num_params"]
+    got = dense["plan"]["memory"]["trainer_parts_gib"]["weights_adam"] * GIB
+    assert got == pytest.approx(params * 12 / 8, rel=1e-3)  # 2 nodes x 8: split over 8
+
+
+def test_hf_moe_shape_counts_the_experts() -> None:
+    from compiler.model_source import hf_shape
+
+    cfg = {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 100, "intermediate_size": 32, "num_experts": 4,
+    }  # fmt: skip
+    shape = hf_shape(cfg)
+    assert shape["expert_params"] == 2 * 4 * 3 * 64 * 32
+    assert shape["expert_params"] < shape["params"]
+    assert "expert_params" not in hf_shape({**cfg, "num_experts": 0})
 
 
 # Measured on one NVIDIA H200, torch 2.11, 2026-12-02/03 (benchmarks/gpu/long_context.py

@@ -57,7 +57,8 @@ def _grid() -> list[tuple[str, tuple[str, ...]]]:
     for arch, nodes, gpus, ep in itertools.product(
         ("moe", "dense"), (1, 2, 4), (1, 2, 4, 8), (1, 2, 8, 16)
     ):
-        sets = (f'model.architecture="{arch}"', f"trainer.nodes={nodes}", f"trainer.gpus={gpus}")
+        sets = (f'model.architecture="{arch}"', f"trainer.router_replay={arch == 'moe'}".lower())
+        sets += (f"trainer.nodes={nodes}", f"trainer.gpus={gpus}")
         out.append(("multinode.toml", (*sets, f"trainer.expert_parallel={ep}")))
     return out
 
@@ -110,7 +111,7 @@ print(json.dumps(out))
 
 def test_every_accepted_trainer_topology_is_carried_out_and_the_rest_refused_at_a_line() -> None:
     accepted: dict[tuple[int, int, int], str] = {}
-    refused = 0
+    refused = hsdp_dense = 0
     for spec, sets in _grid():
         what = f"{spec} {' '.join(sets)}"
         got = _compile(spec, sets)
@@ -141,7 +142,8 @@ def test_every_accepted_trainer_topology_is_carried_out_and_the_rest_refused_at_
         elif nodes > 1:  # HSDP: shard within a node, replicate across nodes
             assert (mesh.replicas, mesh.shard) == (nodes, per_node), what
         accepted[(world, nodes, ep)] = what
-    assert refused and len(accepted) > 20  # the grid covers both outcomes broadly
+        hsdp_dense += nodes > 1 and got["config"]["model"]["architecture"] == "dense"
+    assert refused and len(accepted) > 20 and hsdp_dense  # both outcomes, broadly
 
     keys = sorted(accepted)
     child = subprocess.run(
