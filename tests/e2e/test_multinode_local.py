@@ -22,14 +22,29 @@ SPEC = ROOT / "specs" / "examples" / "multinode-cpu.toml"
 N = 4
 
 
+def sets_for(out: Path, *extra: str) -> list[str]:
+    sets = [f"training.num_rollouts={N}", "checkpoint.interval=1", f'output.root="{out / "run"}"']
+    return sets + list(extra)
+
+
 def compile_at(out: Path, *extra: str) -> Path:
     _need_runtime()
     from compiler.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
-    sets = [f"training.num_rollouts={N}", "checkpoint.interval=1", f'output.root="{out / "run"}"']
-    sets += extra
-    return write_manifest(compile_spec(str(SPEC), sets).manifest(), out / "manifest.json")
+    manifest = compile_spec(str(SPEC), sets_for(out, *extra)).manifest()
+    return write_manifest(manifest, out / "manifest.json")
+
+
+def rlc_run(out: Path) -> subprocess.Popen[str]:
+    """The resubmission as a user types it: ``rlc run SPEC --set ... --local-nodes 2``
+    (the same compiled manifest, so the same run directory)."""
+    argv = [sys.executable, "-m", "rlc_cli.main", "run", str(SPEC), "--local-nodes", "2"]
+    for s in sets_for(out):
+        argv += ["--set", s]
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def launch(manifest: Path) -> subprocess.Popen[str]:
@@ -90,7 +105,7 @@ def test_multinode_run_survives_kill9_of_each_node(tmp_path: Path) -> None:
     before = {r["collection"]: r["prompt_ids"] for r in records(root)}
     kill_node_after(manifest, root, node=0, collections=3)  # the trainer (and leader) node
     before.update({r["collection"]: r["prompt_ids"] for r in records(root)})
-    code, out = finish(launch(manifest))
+    code, out = finish(rlc_run(tmp_path))
     assert code == 0, out
     logs = root / "logs"
     text = (logs / "node-0" / "execute.log").read_text()
