@@ -155,14 +155,16 @@ def test_fsdp_world2_matches_world1_with_sharded_reference_and_checkpoints(
         trainer.close()
 
 
+@pytest.mark.parametrize("model", ["builtin:tiny-moe", "builtin:tiny-hybrid-moe"])
 def test_expert_parallel_ep2_matches_world1_with_router_losses_and_replay(
-    tmp_path: Path,
+    tmp_path: Path, model: str
 ) -> None:
     # router losses are taken over the whole global batch: packed rows of up to 48 tokens,
     # split over two EP ranks, give world 1's update; replay executes the recorded experts,
-    # the mismatch metric is summed over the ranks
+    # the mismatch metric is summed over the ranks. The hybrid MoE mixes dense and MoE
+    # blocks: EP shards only the MoE blocks' experts, the dense blocks are data parallel.
     args = {
-        "model": "builtin:tiny-moe",
+        "model": model,
         "aux": 0.05,
         "z": 0.01,
         "replay": True,
