@@ -251,3 +251,22 @@ def test_model_dtype_picks_the_compute_dtype() -> None:
     assert cfg("bfloat16").bf16_autocast is True
     assert cfg("float32").bf16_autocast is False
     assert cfg(None).bf16_autocast is None
+
+
+@pytest.mark.parametrize(
+    ("model", "ep"),
+    [("builtin:tiny", 1), ("builtin:tiny-moe", 2), ("builtin:tiny-moe", 4)],
+    ids=["fsdp", "moe-ep2", "moe-ep4"],
+)
+def test_world4_matches_world1(tmp_path: Path, model: str, ep: int) -> None:
+    """Four real rank processes: FSDP over 4, EP2 beside 2-way data parallel (the experts
+    sharded over 2, each shard replicated twice), and EP4 (one expert per rank) give world 1's
+    update on the same batch."""
+    args: dict[str, Any] = {"model": model, "out": str(tmp_path / "w4.json")}
+    if ep > 1:
+        args.update({"aux": 0.05, "z": 0.01, "replay": True})
+    else:
+        args.update({"kl": 0.5, "steps": 2})
+    one = _one_rank(args)
+    four = _spawn(4, {**args, "ep": ep})
+    _assert_same_update(one, four, world=4, ep=ep)
