@@ -67,7 +67,9 @@ class Variant:
     prefill: int = 16384
     compile: bool = False
     sdpa: str | None = None  # None: the run's --sdpa-backend
-    fused: bool = False  # sampling inside the captured step (the engine: opt-in)
+    # sampling inside the captured step: the engine's GPU default; a variant without
+    # `fused` turns it off
+    fused: bool = False
 
 
 def parse_variant(text: str) -> Variant:

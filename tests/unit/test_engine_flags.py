@@ -35,9 +35,11 @@ def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     assert args.cuda_graph is False and args.compile_decode is None
     args = build_parser().parse_args([*on[3:], "--disable-compile-decode"])
     assert args.cuda_graph is None and args.compile_decode is False
-    assert args.fused_sampling is False  # opt-in until the captured path is measured on a GPU
+    assert args.fused_sampling is None  # by the engine: on wherever decode runs as graphs
     args = build_parser().parse_args([*on[3:], "--fused-sampling"])
     assert args.fused_sampling is True
+    args = build_parser().parse_args([*on[3:], "--no-fused-sampling"])
+    assert args.fused_sampling is False
 
 
 def test_engine_defaults_follow_the_device() -> None:
@@ -47,4 +49,5 @@ def test_engine_defaults_follow_the_device() -> None:
 
     eng = Engine(build_tiny("dense"), model_path="t", max_running_requests=2, context_length=32)
     assert eng.cuda_graph is False and eng.compile_decode is False  # CPU: eager
+    assert eng.fused_sampling is False  # no graphs: the sampler stays a separate step
     assert not eng.im.compiled and eng.im.graph_keys() == []

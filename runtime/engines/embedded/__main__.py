@@ -82,9 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fused-sampling",
         dest="fused_sampling",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="sample inside the compiled, captured decode step (one graph replay per step); "
-        "off by default until measured on a GPU",
+        "default: on wherever decode runs as CUDA graphs (a GPU without --disable-cuda-graph)",
     )
     p.add_argument(
         "--hf-template",

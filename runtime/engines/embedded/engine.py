@@ -216,7 +216,7 @@ class Engine:
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
         profile: bool = False,
-        fused_sampling: bool = False,
+        fused_sampling: bool | None = None,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -249,9 +249,12 @@ class Engine:
                 self.im.enable_cuda_graphs(kv_step=graph_kv_step)
             except UnsupportedModel as exc:
                 log.warning("CUDA graphs disabled: %s", exc)
-        # sampling inside the (compiled, captured) decode step: opt-in until the captured
-        # path has been measured on a GPU (docs/benchmarks.md, GPU round three)
-        self.fused_sampling = fused_sampling
+                cuda_graph = self.cuda_graph = False
+        # sampling inside the (compiled, captured) decode step, the default wherever decode
+        # runs as CUDA graphs (None): one graph replay per step, 1.11-1.12x the step with the
+        # sampler after the graph at batch 64 and 256 on one H200 (docs/benchmarks.md, GPU
+        # round four); without graphs the sampler stays a separate step
+        self.fused_sampling = bool(cuda_graph) if fused_sampling is None else fused_sampling
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
