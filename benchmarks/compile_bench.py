@@ -51,7 +51,7 @@ for name, seconds in result.timings.items():
 t = time.perf_counter()
 from pathlib import Path
 from typing import Any
-from compiler.manifest import write_manifest
+from compiler.manifest.manifest import write_manifest
 manifest = result.manifest()
 stage("manifest (argv, digests)")
 path = write_manifest(manifest, Path(sys.argv[2]) / manifest["name"] / "manifest.json")
@@ -164,7 +164,7 @@ def main() -> None:
             for name, t in rows
         ],
         "derived_artifacts": "warm (RLC_CACHE_DIR filled by one compile) except where a row "
-        "says cold (compiler.derived builds them on first use; nothing generated is committed)",
+        "says cold (compiler.derive.derived builds them on first use; nothing generated is committed)",
         "stages_one_process": breakdown,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

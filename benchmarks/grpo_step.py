@@ -39,7 +39,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "grpo_step.json"))
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     with tempfile.TemporaryDirectory(prefix="rlc-bench-") as tmp:

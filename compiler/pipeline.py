@@ -24,8 +24,8 @@ class CompileResult:
     source_sha256: str | None = None
     recipe: str | None = None
     recipe_sha256: str | None = None
-    bound: Any = None  # compiler.bind.Bound
-    resolved: Any = None  # compiler.resolve.Resolved
+    bound: Any = None  # compiler.spec.bind.Bound
+    resolved: Any = None  # compiler.resolve.resolve.Resolved
     ruleset: Any = None  # compiler.rules.RuleSet
     lock: dict[str, Any] = field(default_factory=dict)
     # seconds per pipeline stage of this compile (benchmarks/compile_bench.py prints them)
@@ -51,7 +51,7 @@ class CompileResult:
             err.sources = self.sources  # type: ignore[attr-defined]
             raise err
         if self._manifest is None:
-            from compiler.manifest import build_manifest
+            from compiler.manifest.manifest import build_manifest
 
             self._manifest = build_manifest(self)
         return self._manifest
@@ -133,7 +133,7 @@ def _flatten(prefix: str, node: Any, out: set[str]) -> None:
 
 def known_fields(resolved: Any) -> set[str]:
     """Every path a rule may name: config fields, plan values and facts."""
-    from compiler.resolve import field_paths
+    from compiler.resolve.resolve import field_paths
 
     out = set(field_paths(resolved.config))
     _flatten("plan", resolved.plan, out)
@@ -160,8 +160,8 @@ def _parse(text: str, source: str) -> Any:
 
 def load_recipe_layer(name: str, span: Span | None) -> tuple[Any, str, str, bytes]:
     """(Layer, source name, text, bytes) of ``specs/recipes/NAME.toml``."""
-    from compiler.bind import Layer
     from compiler.resources import recipes_dir
+    from compiler.spec.bind import Layer
 
     rdir = recipes_dir()
     names = sorted(p.stem for p in rdir.glob("*.toml"))
@@ -214,7 +214,7 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
         result.timings[name] = now - t0
         t0 = now
 
-    from compiler.bind import Layer, bind
+    from compiler.spec.bind import Layer, bind
 
     data = _read(path, shown)
     result.source_sha256 = hashlib.sha256(data).hexdigest()
@@ -226,7 +226,7 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
         result.sources.add(f"override {i}", ov)
     doc = _parse(text, shown)
     if result.overrides:
-        from compiler.overrides import apply_overrides
+        from compiler.parse.overrides import apply_overrides
 
         doc = apply_overrides(doc, list(result.overrides))
     layers = []
@@ -247,7 +247,7 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
     layers.append(Layer("spec", doc))
     stage("parse")
     bound = bind(layers)
-    from compiler.secrets import bound_span, mask_message, mask_sources, scan
+    from compiler.spec.secrets import bound_span, mask_message, mask_sources, scan
 
     leaked, values = scan(bound.merged, bound_span(bound))
     if leaked:
@@ -265,7 +265,7 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
 
         lock = json.loads(runtime_lock_path().read_text())
     result.lock = lock
-    from compiler.resolve import resolve
+    from compiler.resolve.resolve import resolve
 
     resolved = resolve(bound, shown, lock)
     result.resolved = resolved
@@ -303,7 +303,7 @@ def _artifact_checks(result: CompileResult, resolved: Any) -> list[Diagnostic]:
     ``[launch]``), never an internal error after the manifest was written.
     """
     from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
 
     try:
         manifest = result.manifest()
@@ -338,7 +338,7 @@ def _native_checks(resolved: Any, bound: Any) -> list[Diagnostic]:
         if not options:
             continue
         try:  # only specs with native options pay for the option tables
-            from compiler.native import check_native, flatten_options
+            from compiler.spec.native_options import check_native, flatten_options
         except ImportError:
             return []
         spans: dict[str, Span | None] = {}

@@ -1,5 +1,5 @@
 """The runtime's one door to a manifest: load it through the compiler's contract module
-(`compiler.trust`), so no other runtime module imports the compiler."""
+(`compiler.manifest.trust`), so no other runtime module imports the compiler."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ class ManifestError(ValueError):
 
 
 def load_verified_manifest(path: str | Path) -> dict[str, Any]:
-    """Load through `compiler.trust`: every lint check, then every derived field re-derived
+    """Load through `compiler.manifest.trust`: every lint check, then every derived field re-derived
     from the config (a hand-edited command line or path is refused, not run)."""
     p = Path(path)
     if not p.exists():
         raise ManifestError(f"{p}: no such manifest")
-    from compiler.trust import DiagnosticError, load_trusted
+    from compiler.manifest.trust import DiagnosticError, load_trusted
 
     try:
         return load_trusted(p)

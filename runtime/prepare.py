@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("manifest", type=Path)
     args = parser.parse_args(argv)
 
-    from compiler.trust import DiagnosticError, load_trusted, render_all
+    from compiler.manifest.trust import DiagnosticError, load_trusted, render_all
 
     try:
         manifest = load_trusted(args.manifest)

@@ -69,7 +69,7 @@ def main() -> int:
     import torch
     from trainer_step import make_samples
 
-    from compiler.manifest import load_manifest
+    from compiler.manifest.manifest import load_manifest
     from runtime.trainer.ranks import lead_trainer
 
     spec = ROOT / "specs" / "examples" / ("gpu-moe.toml" if args.moe else "gpu-dense.toml")

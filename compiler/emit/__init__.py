@@ -1,4 +1,6 @@
-"""Emitters: Beaker experiment specs (validated by `beaker_model`), docs, schemas."""
+"""Stage 5, manifest -> artifacts: Beaker experiment specs (`beaker`, validated by
+`beaker_model`), and the generated reference files (`docs_gen`, from the field catalog in
+`reference`): docs/configuration.md, the rule table, the JSON Schemas."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ def emit_artifacts(
     """Write ``beaker/*.yaml`` beside a manifest. Pure function of the manifest (and its
     signature, when signed), written atomically; an unchanged file is left alone."""
     from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
 
     text = manifest_bytes(dict(manifest)).decode("utf-8")
     written: list[Path] = []

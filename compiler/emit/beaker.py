@@ -26,7 +26,9 @@ from compiler.emit.beaker_checks import go_duration
 from compiler.resources import templates_dir
 
 MANIFEST_PATH = "/rlc/manifest.json"
-SIGNATURE_SUFFIX = ".sig"  # compiler.trust reads the detached signature beside the manifest
+SIGNATURE_SUFFIX = (
+    ".sig"  # compiler.manifest.trust reads the detached signature beside the manifest
+)
 SIGNATURE_RE = re.compile(r"hmac-sha256:[0-9a-f]{64}")
 RESULT_PATH = "/results"
 CODE_DIR = "/opt/rlc"
@@ -39,7 +41,7 @@ DEFAULT_ENV: dict[str, str] = {
     "PYTHONUNBUFFERED": "1",
 }
 # What the background evaluator job template leaves for the runtime to fill per milestone
-# (`compiler.trust.evaluator_job`).
+# (`compiler.manifest.trust.evaluator_job`).
 EVAL_UPDATE_PLACEHOLDER = "__RLC_EVAL_UPDATE__"
 EVAL_CHECKPOINT_PLACEHOLDER = "__RLC_EVAL_CHECKPOINT__"
 # Node-local directory of the private Triton / Inductor caches (runtime.compiler_cache).
@@ -66,13 +68,13 @@ def _env() -> jinja2.Environment:
 
 @cache
 def _template(name: str) -> jinja2.Template:
-    """``templates/beaker/NAME`` compiled by jinja2 to Python, through `compiler.derived`
+    """``templates/beaker/NAME`` compiled by jinja2 to Python, through `compiler.derive.derived`
     (keyed by the template's bytes, this module, which sets up the environment, and the
     jinja2 version), as jinja2's own ``ModuleLoader`` loads precompiled templates.
 
     Why: compiling the templates costs ~20 ms per process, loading the cached code ~1 ms.
     """
-    from compiler.derived import code_payload, derived
+    from compiler.derive.derived import code_payload, derived
 
     env = _env()
     path = templates_dir() / "beaker" / name
@@ -302,10 +304,10 @@ def render_beaker(
 def validate_beaker_yaml(text: str, name: str = "beaker spec") -> dict[str, Any]:
     """Parse and validate one rendered spec against our Beaker v2 model.
 
-    The generated fast check (from that model, `compiler.fastgen`) accepts what it can
+    The generated fast check (from that model, `compiler.derive.fastgen`) accepts what it can
     prove the model accepts; anything else is validated by the pydantic model itself.
     """
-    from compiler.fastpath import beaker_module
+    from compiler.derive.fastpath import beaker_module
 
     # libyaml's parser when PyYAML has it (same SafeConstructor, ~10x faster)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -1,7 +1,7 @@
 """The cross-field checks of our Beaker spec v2 model, as plain functions.
 
 Why plain functions: the pydantic models in ``beaker_model`` run them as their validators,
-and the generated fast path (``compiler.fastgen``, via ``compiler.fastpath``) calls the same
+and the generated fast path (``compiler.derive.fastgen``, via ``compiler.derive.fastpath``) calls the same
 functions on the same attribute names without importing pydantic. Each check takes the
 validated value (a model, or any object with the models' snake_case attributes) and
 returns it, or raises ``ValueError`` with the message users see.

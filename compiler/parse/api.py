@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span
-from compiler.document import Document, Node
 from compiler.parse.builder import Builder, KeyPart
+from compiler.parse.document import Document, Node
 from compiler.parse.source import ParseError, position, prepare
 from compiler.parse.syntax import parse_tree, parse_tree_ex
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span
-from compiler.document import Array, ArrayOfTables, Entry, Node, Scalar, Table
+from compiler.parse.document import Array, ArrayOfTables, Entry, Node, Scalar, Table
 from compiler.parse.scalars import ScalarIssue, atom_value, decode_basic
 
 KeyPart = tuple[str, Span]

@@ -11,7 +11,7 @@ import re
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 
-from compiler.document import ScalarKind
+from compiler.parse.document import ScalarKind
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -56,8 +56,8 @@ _STARTS = ["document", "override", "value_only"]
 
 @lru_cache(maxsize=1)
 def _parser() -> Any:
-    """lark's parser, its tables loaded from the derived-artifact cache (`compiler.lalr`)."""
-    from compiler.lalr import parser
+    """lark's parser, its tables loaded from the derived-artifact cache (`compiler.derive.lalr`)."""
+    from compiler.derive.lalr import parser
 
     return parser(_GRAMMAR, _STARTS)
 
@@ -75,7 +75,7 @@ def parse_tree_ex(text: str, start: str, source: str) -> tuple[Any, Diagnostic |
     table or an unterminated string), so blanking its line cannot shift what follows.
     """
     parser = _parser()
-    from compiler.lalr import runtime
+    from compiler.derive.lalr import runtime
 
     lark = runtime()
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.document import Array, ArrayOfTables, Document, Node, Scalar, Table
+from compiler.parse.document import Array, ArrayOfTables, Document, Node, Scalar, Table
 
 _TYPES = {
     "string": "string",

@@ -1,6 +1,6 @@
 """Parse `*.rules` files into `Rule`s, with positioned diagnostics for every mistake.
 
-Parse trees come from lark's LALR parser for `grammar.lark` (`compiler.lalr`); this module
+Parse trees come from lark's LALR parser for `grammar.lark` (`compiler.derive.lalr`); this module
 turns them into expression nodes (`compiler.rules.expr`), checks clauses, function names
 and arities, rule-id uniqueness and (when given) field paths against the known fields.
 """
@@ -109,15 +109,15 @@ START = ["start", "expr"]
 
 @cache
 def _parser() -> Any:
-    from compiler.lalr import parser
+    from compiler.derive.lalr import parser
 
     return parser(GRAMMAR, START)
 
 
 def _sa() -> Any:
-    """lark's parser runtime (`compiler.lalr`), loaded on first parse (a cached rule file
+    """lark's parser runtime (`compiler.derive.lalr`), loaded on first parse (a cached rule file
     never needs it)."""
-    from compiler.lalr import runtime
+    from compiler.derive.lalr import runtime
 
     return runtime()
 
@@ -582,12 +582,12 @@ def rule_from_record(d: dict[str, Any], source: str) -> Rule:
 
 
 def _parse_cached(text: str, source: str) -> tuple[list[Rule], list[Diagnostic]]:
-    """Parse with two caches: in-process, then the derived-artifact cache (`compiler.derived`;
+    """Parse with two caches: in-process, then the derived-artifact cache (`compiler.derive.derived`;
     a file with mistakes is parsed every time, so its diagnostics are always reported)."""
     key = (source, hashlib.sha256(text.encode()).hexdigest())
     hit = _PARSE_CACHE.get(key)
     if hit is None:
-        from compiler.derived import NotCached, derived
+        from compiler.derive.derived import NotCached, derived
 
         def build() -> bytes:
             rules, diags = parse_rules_text(text, source)

@@ -2,7 +2,7 @@
 
 Parsing ~80 rules in pure Python takes ~80 ms; reading them back from JSON ~2 ms. The
 records are plain JSON (never pickle); `compiler.rules.loader` stores them through
-`compiler.derived`, keyed by the file's text, its name, the grammar and this code.
+`compiler.derive.derived`, keyed by the file's text, its name, the grammar and this code.
 """
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
-"""The spec schema (schema_version = 1): one pydantic model per section.
+"""Stage 2, document -> typed spec: the spec schema (schema_version = 1), one pydantic model
+per section, and the checks that bind a document to it.
 
 ``Spec`` is the root; ``SECTIONS`` maps section names to their models. Aliases and derived
 formulas live in each field's ``json_schema_extra`` (see ``_base.fld``); docs, the JSON
-Schema and ``rlc explain`` are generated from these models.
+Schema and ``rlc explain`` are generated from these models. Beside the models: `bind`
+(layers a recipe and the spec, validates, maps errors to spans), `native_options` (checks
+``[native.*]`` against the pinned option tables), `secrets` (refuses credential-looking
+values), `model_source` (what a readable ``model.source`` says) and `consumers` (what makes
+each field take effect).
 
 Where the manifest deviates from / extends briefs/contract.md (the runtime adapts in
 runtime/config.py):
 
 * Paths (``output.root``, ``model.source`` dirs, task paths, ``paths.*``) are joined to the
   spec's directory *as the spec path was given* and normalized, so they are cwd-relative
-  when ``rlc compile`` got a relative spec path (see compiler/resolve.py and
+  when ``rlc compile`` got a relative spec path (see compiler/resolve/resolve.py and
   docs/support.md "Paths in manifests"); absolute only when the spec path or value is.
 * ``commands.trainer_argv`` is ``python -m runtime.execute {manifest}``; ``{manifest}`` and
   ``{host:N}`` (engine URLs on other nodes in ``router_argv``) are placeholders.

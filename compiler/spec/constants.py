@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 # Builtin random-init models (no download). Sizes feed the plan's memory estimate: the
-# parameter count as built at the tokenizer's vocabulary (``compiler.builtin_shape`` adds a
+# parameter count as built at the tokenizer's vocabulary (``compiler.resolve.builtin_shape`` adds a
 # ``vocab_size`` override; tests/unit/test_memory_estimate.py builds each to check it, with
 # its shape and ``expert_params``, the routed experts' weights, which shard differently).
 BUILTIN_MODELS: dict[str, dict[str, object]] = {

@@ -1,5 +1,5 @@
 """rlc compile SPEC [-o DIR]: write DIR/<name>/manifest.json (immutable) and the launch
-artifacts next to it. Unchanged inputs replay from `compiler.compile_cache`."""
+artifacts next to it. Unchanged inputs replay from `compiler.derive.compile_cache`."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def command(
         return
     cache_key = None
     if not no_cache:
-        from compiler import compile_cache
+        from compiler.derive import compile_cache
 
         if compile_cache.enabled():
             cache_key = compile_cache.key(
@@ -66,7 +66,7 @@ def _compile(
     spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str, cache_key: str | None
 ) -> Path:
     from compiler.diagnostics import render_all
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     result = compile_spec(spec, list(overrides))
@@ -92,7 +92,7 @@ def _compile(
         stdout = f"{path}  {manifest['digest']}\n"
     click.echo(stdout, nl=False)
     if cache_key and fresh:
-        from compiler import compile_cache
+        from compiler.derive import compile_cache
 
         compile_cache.store(cache_key, directory, stdout, stderr)
     return path
@@ -101,7 +101,7 @@ def _compile(
 def _sign_compile(spec: str, overrides: tuple[str, ...], out_dir: str, fmt: str) -> None:
     """Compile (never from the cache: the signature is written afresh) and sign."""
     from compiler.diagnostics import Diagnostic, DiagnosticError
-    from compiler.trust import SIGNING_KEY_ENV, signing_key, write_signature
+    from compiler.manifest.trust import SIGNING_KEY_ENV, signing_key, write_signature
 
     key = signing_key()
     if key is None:

@@ -24,7 +24,7 @@ def _error(message: str, help: str | None = None) -> DiagnosticError:
 def _config_of(spec: Path, overrides: tuple[str, ...]) -> dict[str, Any]:
     """The resolved config of a spec (compiled) or of an already compiled manifest."""
     if spec.suffix == ".json":
-        from compiler.manifest import load_manifest
+        from compiler.manifest.manifest import load_manifest
 
         return dict(load_manifest(spec)["config"])
     from compiler.pipeline import compile_spec

@@ -20,7 +20,7 @@ from rlc_cli.commands._common import EXIT_FINDINGS, guarded
 @guarded
 def command(left: Path, right: Path, fmt: str) -> None:
     """Compare two manifests (or specs, compiled in memory) field by field."""
-    from compiler.diff import diff_manifests, load_side, render
+    from compiler.manifest.diff import diff_manifests, load_side, render
 
     a, b = load_side(left), load_side(right)
     changes = diff_manifests(a, b)

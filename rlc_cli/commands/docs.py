@@ -22,7 +22,7 @@ from rlc_cli.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
 @guarded
 def command(check: bool, root: Path | None) -> None:
     """Regenerate docs/configuration.md, docs/support.md's rule table and schemas/*.json."""
-    from compiler.docs_gen import generate, stale
+    from compiler.emit.docs_gen import generate, stale
     from compiler.resources import checkout_root
 
     root = root or checkout_root()

@@ -16,7 +16,7 @@ from rlc_cli.commands._common import guarded
 def command(name: str, field: str | None) -> None:
     """Explain a spec field, a rule id, a native option (native.sglang.KEY), or with a
     manifest path and a field, where that value came from."""
-    from compiler import explain
+    from compiler.manifest import explain
 
     if field is not None or name.endswith(".json"):
         if field is None:

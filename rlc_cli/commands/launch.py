@@ -24,7 +24,7 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
     import yaml
 
     from compiler.diagnostics import DiagnosticError
-    from compiler.lint import lint_manifest
+    from compiler.manifest.lint import lint_manifest
     from rlc_cli.launch.beaker import launch_all
     from rlc_cli.launch.receipts import receipts_dir as default_dir
     from rlc_cli.launch.receipts import write_receipt
@@ -32,7 +32,7 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
     report = lint_manifest(manifest)
     if not report.ok:
         raise DiagnosticError(report.findings)
-    from compiler.trust import load_trusted
+    from compiler.manifest.trust import load_trusted
 
     data = load_trusted(manifest)  # also re-derived: a hand-edited command is never submitted
     directory = receipts_dir or default_dir()

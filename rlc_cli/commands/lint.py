@@ -28,14 +28,14 @@ from rlc_cli.commands._common import EXIT_FINDINGS, EXIT_USER, guarded
 def command(paths: tuple[str, ...], fmt: str, rederive: bool) -> None:
     """Lint manifests (files, directories or globs such as 'build/**/manifest.json')."""
     from compiler.diagnostics import render_text
-    from compiler.lint import expand, lint_manifest
+    from compiler.manifest.lint import expand, lint_manifest
 
     files = expand(paths)
     if not files:
         click.echo(f"rlc: no manifests match {' '.join(paths)}", err=True)
         sys.exit(EXIT_USER)
     reports = [lint_manifest(p) for p in files]
-    from compiler.trust import signature_findings, signing_key
+    from compiler.manifest.trust import signature_findings, signing_key
 
     key = signing_key()
     if key is not None:  # with a key in the environment every manifest must be signed by it
@@ -43,7 +43,7 @@ def command(paths: tuple[str, ...], fmt: str, rederive: bool) -> None:
             with contextlib.suppress(OSError):  # an unreadable file is already reported
                 r.findings.extend(signature_findings(p, p.read_bytes(), key))
     if rederive:
-        from compiler.trust import derivation_findings
+        from compiler.manifest.trust import derivation_findings
 
         for r, p in zip(reports, files, strict=True):
             if r.ok:  # a manifest with findings is already refused

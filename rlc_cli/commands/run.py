@@ -30,7 +30,7 @@ def manifest_path_for(manifest: dict[str, Any]) -> Path:
 
 def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
     """Compile ``spec`` (raises DiagnosticError on errors) and write its manifest."""
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     result = compile_spec(spec, list(overrides))
@@ -38,7 +38,7 @@ def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
         emit_diagnostics(result.warnings, result.sources, fmt)
     manifest = result.manifest()  # raises DiagnosticError on errors
     path = write_manifest(manifest, manifest_path_for(manifest))
-    from compiler.trust import signing_key, write_signature
+    from compiler.manifest.trust import signing_key, write_signature
 
     key = signing_key()
     if key is not None:  # the runtime requires a signature when the key is set

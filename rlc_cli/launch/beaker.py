@@ -41,7 +41,7 @@ def render_specs(manifest: dict[str, Any], signature: str | None = None) -> dict
     """``{stage: yaml}`` in submission order: ``prepare`` (when the manifest needs one), ``train``
     (``signature``: the manifest's ``.sig``, carried into every job)."""
     from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
 
     text = manifest_bytes(manifest).decode("utf-8")
     files = render_beaker(manifest, text, signature).files

@@ -51,7 +51,7 @@ def evaluator_spec(
     the manifest's detached signature, carried into the job beside it)."""
     import yaml
 
-    from compiler.trust import evaluator_job
+    from compiler.manifest.trust import evaluator_job
 
     ck = str(checkpoint)
     if any(c in ck for c in "\"'\\$`\n"):

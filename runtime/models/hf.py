@@ -40,7 +40,7 @@ from olmo_core.nn.transformer import (
 from .tokenizer import Tokenizer
 from .weights import load_safetensors, save_safetensors
 
-#: HF ``model_type`` -> our family. Keep in step with ``compiler/model_source.py``.
+#: HF ``model_type`` -> our family. Keep in step with ``compiler/spec/model_source.py``.
 HF_FAMILIES: dict[str, str] = {
     "olmo2": "dense",
     "olmo3": "dense",

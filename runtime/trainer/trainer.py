@@ -110,7 +110,7 @@ class TrainerConfig:
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
-        """Build from a loaded manifest (``compiler.manifest.load_manifest``) ``config``."""
+        """Build from a loaded manifest (``compiler.manifest.manifest.load_manifest``) ``config``."""
         c = manifest.get("config", manifest)
         model, trainer = c.get("model", {}), c.get("trainer", {})
         opt, asy, training = c.get("optimizer", {}), c.get("async", {}), c.get("training", {})

@@ -84,7 +84,7 @@ def write_spec(tmp: Path, *, name: str = "evaltest", rollouts: int = 3, **parts:
 
 
 def compile_to(spec: Path, out: Path) -> Path:
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     return write_manifest(compile_spec(str(spec), []).manifest(), out / "manifest.json")

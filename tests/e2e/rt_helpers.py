@@ -37,7 +37,7 @@ def _need_runtime() -> None:
 def compile_manifest(out: Path, overrides: Sequence[str] = ()) -> Path:
     """Compile the quickstart with ``overrides`` into ``out`` (output.root = out/run)."""
     _need_runtime()
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     sets = [*overrides, f'output.root="{out / "run"}"']

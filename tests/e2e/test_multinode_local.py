@@ -29,7 +29,7 @@ def sets_for(out: Path, *extra: str) -> list[str]:
 
 def compile_at(out: Path, *extra: str) -> Path:
     _need_runtime()
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     manifest = compile_spec(str(SPEC), sets_for(out, *extra)).manifest()

@@ -82,7 +82,7 @@ def test_trainer_over_two_simulated_nodes(tmp_path: Path) -> None:
     from rt_helpers import ROOT, _need_runtime, env
 
     _need_runtime()
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
 
     spec = ROOT / "specs" / "examples" / "multinode-cpu.toml"

@@ -18,7 +18,7 @@ def render(spec: Path) -> dict[str, str]:
     """file name -> text for one example, compiled from the repository root."""
     sys.path.insert(0, str(ROOT))
     from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
     from compiler.pipeline import compile_spec
 
     cwd = os.getcwd()

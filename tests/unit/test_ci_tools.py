@@ -53,7 +53,7 @@ def test_docs_check_detects_a_stale_file(tmp_path):
 
 
 def test_configuration_reference_lists_every_field():
-    from compiler.reference import catalog
+    from compiler.emit.reference import catalog
 
     text = (ROOT / "docs" / "configuration.md").read_text()
     missing = [p for p in catalog() if "." in p and f"`{p}`" not in text]
@@ -96,7 +96,7 @@ def test_lint_clean_tampered_stale_and_schema_invalid(built, tmp_path):
     r = rlc("lint", str(tampered))
     assert r.returncode == 1 and "manifest-digest" in r.stdout
 
-    from compiler.manifest import digest_of
+    from compiler.manifest.manifest import digest_of
 
     def resealed(doc: dict, where: str) -> Path:
         doc = {k: v for k, v in doc.items() if k != "digest"}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from compiler.consumers import CONSUMERS
 from compiler.spec import Spec
+from compiler.spec.consumers import CONSUMERS
 
 RULES = Path(__file__).resolve().parents[2] / "schemas" / "rules"
 KINDS = ("runtime", "cli", "argv", "beaker", "template", "compile", "rule", "owner")
@@ -76,7 +76,7 @@ def test_walk_sees_nested_and_variant_fields() -> None:
 
 def test_every_field_has_a_consumer() -> None:
     missing = sorted(spec_fields() - set(CONSUMERS))
-    assert not missing, f"spec fields with no consumer in compiler/consumers.py: {missing}"
+    assert not missing, f"spec fields with no consumer in compiler/spec/consumers.py: {missing}"
 
 
 def test_no_entry_for_a_field_that_does_not_exist() -> None:

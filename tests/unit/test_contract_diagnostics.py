@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.diagnostics import suggest
-from compiler.explain import explain_name
+from compiler.manifest.explain import explain_name
 from compiler.pipeline import compile_spec
 
 

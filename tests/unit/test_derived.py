@@ -1,4 +1,4 @@
-"""The derived-artifact cache (compiler/derived.py): one function builds every artifact from
+"""The derived-artifact cache (compiler/derive/derived.py): one function builds every artifact from
 its sources and stores it under a key of their bytes; nothing stale, corrupt or foreign is
 ever loaded, and an unusable cache directory only costs time."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler import derived
+from compiler.derive import derived
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,7 +122,7 @@ def test_concurrent_writers_leave_one_intact_entry(tmp_path, monkeypatch) -> Non
     """Processes racing to store the same artifact (pytest-xdist, parallel `rlc` runs)."""
     code = (
         "import sys, time\n"
-        "from compiler import derived\n"
+        "from compiler.derive import derived\n"
         "def build():\n"
         "    time.sleep(0.2)\n"
         "    return sys.argv[1].encode() * 50000\n"
@@ -181,11 +181,15 @@ def test_first_compile_builds_every_artifact_and_later_ones_only_read(tmp_path) 
 
 
 _BUILDERS = [
-    ("compiler.fastgen", "generate_spec", "compiler.fastpath:spec_sources()"),
-    ("compiler.fastgen", "generate_beaker", "compiler.fastpath:beaker_sources()"),
-    ("compiler.bind", "aliases_from_models", "compiler.bind:ALIASES_READS"),
-    ("compiler.resolve", "model_field_trees", "compiler.resolve:FIELD_TREE_READS"),
-    ("compiler.manifest", "_schema_digest_now", "compiler.manifest:SCHEMA_DIGEST_READS"),
+    ("compiler.derive.fastgen", "generate_spec", "compiler.derive.fastpath:spec_sources()"),
+    ("compiler.derive.fastgen", "generate_beaker", "compiler.derive.fastpath:beaker_sources()"),
+    ("compiler.spec.bind", "aliases_from_models", "compiler.spec.bind:ALIASES_READS"),
+    ("compiler.resolve.resolve", "model_field_trees", "compiler.resolve.resolve:FIELD_TREE_READS"),
+    (
+        "compiler.manifest.manifest",
+        "_schema_digest_now",
+        "compiler.manifest.manifest:SCHEMA_DIGEST_READS",
+    ),
 ]
 
 
@@ -199,7 +203,7 @@ def test_declared_sources_cover_what_the_builder_runs(module, builder, declared)
     code = (
         "import importlib, sys\n"
         "from pathlib import Path\n"
-        "from compiler import fastpath\n"
+        "from compiler.derive import fastpath\n"
         f"getattr(importlib.import_module({module!r}), {builder!r})()\n"
         f"mod, expr = {declared!r}.split(':')\n"
         "value = eval(expr, vars(importlib.import_module(mod)))\n"
@@ -207,7 +211,7 @@ def test_declared_sources_cover_what_the_builder_runs(module, builder, declared)
         "    value = [*fastpath.model_sources(), *(fastpath.HERE / n for n in value)]\n"
         "declared = {str(p) for p in value}\n"
         "used = {m.__file__ for n, m in list(sys.modules.items())\n"
-        "        if n.split('.')[0] == 'compiler' and n != 'compiler.derived'\n"
+        "        if n.split('.')[0] == 'compiler' and n != 'compiler.derive.derived'\n"
         "        and getattr(m, '__file__', None)}\n"
         "missing = sorted(str(Path(f).relative_to(fastpath.HERE)) for f in used - declared)\n"
         "assert not missing, missing\n"

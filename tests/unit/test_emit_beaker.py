@@ -13,7 +13,7 @@ import yaml
 
 from compiler.emit.beaker import embed_manifest, render_beaker
 from compiler.emit.beaker_model import validate_beaker_spec
-from compiler.manifest import manifest_bytes
+from compiler.manifest.manifest import manifest_bytes
 from compiler.pipeline import compile_spec
 
 ROOT = Path(__file__).resolve().parents[2]

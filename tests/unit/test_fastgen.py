@@ -1,4 +1,4 @@
-"""The generated fast paths (compiler/fastgen.py, made and cached by compiler/derived.py)
+"""The generated fast paths (compiler/derive/fastgen.py, made and cached by compiler/derive/derived.py)
 agree with the pydantic models they come from.
 
 Spec: on every example, recipe, test spec and rule trigger/pass spec, and on thousands of
@@ -23,14 +23,14 @@ import test_rules_content
 import yaml
 from pydantic import ValidationError
 
-from compiler import fastgen
-from compiler.bind import Layer, _normalize, merge
+from compiler.derive import fastgen
+from compiler.derive.fastpath import beaker_module, spec_module
 from compiler.emit.beaker_model import ExperimentSpec
-from compiler.fastpath import beaker_module, spec_module
 from compiler.parse import parse_document
 from compiler.pipeline import compile_spec
 from compiler.resources import recipes_dir
 from compiler.spec import Spec
+from compiler.spec.bind import Layer, _normalize, merge
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "specs" / "examples").glob("*.toml"))
@@ -62,7 +62,7 @@ def test_generated_modules_come_from_the_cache_and_match_the_generator(
 ) -> None:
     """Both validators are made (the generator handles every model) and what a later
     process loads from the cache is exactly what the generator writes now."""
-    from compiler import derived, fastpath
+    from compiler.derive import derived, fastpath
 
     assert spec_module() is not None and beaker_module() is not None
     monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
@@ -200,7 +200,7 @@ def _mutate(base: dict[str, Any], path: tuple[Any, ...]) -> None:
 
 def _emitted_beaker_specs(tmp_path: Path) -> Iterator[tuple[str, str]]:
     from compiler.emit.beaker import render_beaker
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
 
     for path in EXAMPLES:
         result = compile_spec(str(path))
@@ -271,7 +271,7 @@ def test_without_the_fast_paths_compiles_are_identical(
 ) -> None:
     """Without the generated validators (the generator failing) pydantic alone, and
     templates compiled on the spot, give the same manifests and Beaker files."""
-    import compiler.fastpath
+    import compiler.derive.fastpath
     from compiler.emit import emit_artifacts
 
     def outputs(out: Path) -> dict[str, Any]:
@@ -283,8 +283,8 @@ def test_without_the_fast_paths_compiles_are_identical(
         return got
 
     fast = outputs(tmp_path / "fast")
-    monkeypatch.setattr(compiler.fastpath, "spec_module", lambda: None)
-    monkeypatch.setattr(compiler.fastpath, "beaker_module", lambda: None)
+    monkeypatch.setattr(compiler.derive.fastpath, "spec_module", lambda: None)
+    monkeypatch.setattr(compiler.derive.fastpath, "beaker_module", lambda: None)
     import compiler.emit.beaker as beaker
 
     monkeypatch.setattr(beaker, "_template", lambda name: beaker._env().get_template(name))
@@ -302,7 +302,7 @@ def test_compiling_the_examples_never_imports_pydantic(tmp_path: Path) -> None:
         "import sys; from pathlib import Path;"
         "from compiler.pipeline import compile_spec;"
         "from compiler.emit import emit_artifacts;"
-        "from compiler.manifest import write_manifest\n"
+        "from compiler.manifest.manifest import write_manifest\n"
         "for spec in sys.argv[2:]:\n"
         "    m = compile_spec(spec).manifest()\n"
         "    p = write_manifest(m, Path(sys.argv[1]) / m['name'] / 'manifest.json')\n"

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.diagnostics import DiagnosticError
+from compiler.emit.reference import catalog
 from compiler.parse import parse_document
-from compiler.reference import catalog
 from rlc_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,8 +210,8 @@ def test_forged_manifests_never_run_edited_derived_fields(
     and whatever it accepts runs exactly the compiled command lines, paths and plan."""
     import copy
 
-    from compiler.canonical import CanonicalError, canonical_bytes, digest_of
-    from compiler.trust import check_manifest
+    from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
+    from compiler.manifest.trust import check_manifest
 
     forged = copy.deepcopy(MANIFEST)
     node: Any = forged

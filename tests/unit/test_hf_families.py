@@ -166,8 +166,8 @@ def test_export_refuses_blocks_without_hf_architecture(name: str, tmp_path) -> N
 
 
 def test_compiler_table_agrees_with_runtime() -> None:
-    from compiler.model_source import HF_FAMILIES as COMPILER_FAMILIES
-    from compiler.model_source import REFUSED_HF_TYPES as COMPILER_REFUSED
+    from compiler.spec.model_source import HF_FAMILIES as COMPILER_FAMILIES
+    from compiler.spec.model_source import REFUSED_HF_TYPES as COMPILER_REFUSED
     from runtime.models.hf import REFUSED_HF_TYPES
 
     assert COMPILER_FAMILIES == HF_FAMILIES

@@ -1,7 +1,7 @@
 """The import graph of `rlc_cli`, `compiler` and `runtime`, built from the source with `ast`
 (nothing is imported). The layers, with no named exceptions: no import cycle; the compiler
 never imports runtime or rlc_cli; runtime imports only the contract modules of the compiler
-(`compiler.trust` and its error type); nothing imports rlc_cli (the `rlc` command line on top).
+(`compiler.manifest.trust` and its error type); nothing imports rlc_cli (the `rlc` command line on top).
 
 Imports under ``if TYPE_CHECKING:`` count too: a cycle through annotations is still two
 modules that cannot be understood apart.
@@ -18,10 +18,10 @@ PACKAGES = ("rlc_cli", "compiler", "runtime")
 # The `rlc` command line (entry point, its commands, Beaker submission and receipts): the
 # layer on top, the only one that uses both the compiler and the runtime.
 CLI = ("rlc_cli",)
-# The manifest contract: what the runtime may import from the compiler (`compiler.trust`
+# The manifest contract: what the runtime may import from the compiler (`compiler.manifest.trust`
 # verifies and re-derives a manifest, and derives the background evaluator's job from a
 # verified one, using the compiler inside).
-CONTRACT = {"compiler.trust", "compiler.diagnostics"}
+CONTRACT = {"compiler.manifest.trust", "compiler.diagnostics"}
 
 
 def _modules() -> dict[str, Path]:
@@ -109,8 +109,8 @@ def _in(name: str, prefixes: tuple[str, ...]) -> bool:
 
 def test_graph_sees_known_edges() -> None:
     graph = _graph()
-    assert "compiler.trust" in graph["runtime.manifest"]
-    assert "compiler.manifest" in graph["compiler.pipeline"]
+    assert "compiler.manifest.trust" in graph["runtime.manifest"]
+    assert "compiler.manifest.manifest" in graph["compiler.pipeline"]
     assert "runtime.rollout.driver" in graph["runtime.execute"]
     assert "runtime.supervisor" in graph["runtime.node"]  # an annotation-only import
     assert "compiler.diagnostics" in graph["rlc_cli.main"]
@@ -145,6 +145,16 @@ def test_runtime_reaches_compiler_only_through_the_contract() -> None:
         if _in(b, ("compiler", *CLI)) and b not in CONTRACT
     )
     assert beyond == []
+
+
+def test_the_contract_packages_import_nothing() -> None:
+    """Importing `compiler.manifest.trust` first runs `compiler/__init__.py` and
+    `compiler/manifest/__init__.py`; they import nothing, so the runtime reaches only what the
+    contract names."""
+    graph = _graph()
+    packages = {".".join(c.split(".")[:i]) for c in CONTRACT for i in range(1, c.count(".") + 1)}
+    assert packages == {"compiler", "compiler.manifest"}
+    assert {p: sorted(graph[p]) for p in sorted(packages) if graph[p]} == {}
 
 
 def test_nothing_imports_the_cli() -> None:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.diagnostics import DiagnosticError
-from compiler.manifest import write_manifest
+from compiler.manifest.manifest import write_manifest
 from compiler.pipeline import compile_spec
 from rlc_cli.main import cli
 
@@ -55,7 +55,7 @@ def manifest_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _launch(manifest_path: Path, client: StandIn, receipts: list[Any]) -> list[Any]:
-    from compiler.manifest import load_manifest
+    from compiler.manifest.manifest import load_manifest
     from rlc_cli.launch.beaker import launch_all
 
     return launch_all(

@@ -11,10 +11,10 @@ from typing import Any
 import fastjsonschema
 import pytest
 
-from compiler import schema_check
-from compiler.canonical import canonical_bytes, digest_of
-from compiler.lint import lint_manifest
-from compiler.lint_schema import fast_check, schema_errors, validator
+from compiler.manifest import schema_check
+from compiler.manifest.canonical import canonical_bytes, digest_of
+from compiler.manifest.lint import lint_manifest
+from compiler.manifest.lint_schema import fast_check, schema_errors, validator
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +263,7 @@ def test_schema_check_keywords(schema, good, bad):
 
 def test_manifest_view_is_set_matches_the_set_definition(docs):
     """`is set`: the path, or a table above a path, given by spec, override or recipe."""
-    from compiler.lint import ManifestView
+    from compiler.manifest.lint import ManifestView
 
     for doc in docs:
         prov = doc["provenance"]
@@ -276,7 +276,7 @@ def test_manifest_view_is_set_matches_the_set_definition(docs):
 
 
 def test_generated_validators_honour_cache_off(tmp_path, monkeypatch):
-    from compiler import lint_schema
+    from compiler.manifest import lint_schema
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RLC_CACHE_DIR", "off")

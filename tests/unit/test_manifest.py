@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.diagnostics import DiagnosticError
-from compiler.manifest import load_manifest, manifest_bytes, write_manifest
+from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
+from compiler.manifest.manifest import load_manifest, manifest_bytes, write_manifest
 from compiler.pipeline import compile_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_load_verifies(tmp_path: Path, manifest: dict[str, object]) -> None:
 
 
 _SCRIPT = (
-    "import sys; from compiler.pipeline import compile_spec; from compiler.manifest import manifest_bytes;"
+    "import sys; from compiler.pipeline import compile_spec; from compiler.manifest.manifest import manifest_bytes;"
     "sys.stdout.buffer.write(manifest_bytes(compile_spec(sys.argv[1], sys.argv[2:]).manifest()))"
 )
 

@@ -1,7 +1,7 @@
 """The runtime's manifest loader re-checks lint and re-derives every derived field.
 
 Each forgery recomputes the (unkeyed) digest, as an attacker would; each must be refused by
-`compiler.trust` and by `python -m runtime.execute` (exit 2, nothing started).
+`compiler.manifest.trust` and by `python -m runtime.execute` (exit 2, nothing started).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from compiler.canonical import canonical_bytes, digest_of
 from compiler.diagnostics import DiagnosticError
-from compiler.pipeline import compile_spec
-from compiler.trust import (
+from compiler.manifest.canonical import canonical_bytes, digest_of
+from compiler.manifest.trust import (
     check_manifest,
     load_trusted,
     rederive,
     sign_bytes,
     signature_path,
 )
+from compiler.pipeline import compile_spec
 from rlc_cli.main import cli as rlc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,7 +259,7 @@ def test_lint_rederive_catches_a_forged_derived_value(
 
     def edit(m: dict[str, Any]) -> None:
         m["config"]["inference"]["max_total_tokens"] += 64
-        from compiler.argv import engine_argv
+        from compiler.resolve.argv import engine_argv
 
         m["commands"]["engine_argv"] = engine_argv(m["config"], m["plan"], m["paths"])
 
@@ -277,4 +277,4 @@ def test_the_runtime_loads_manifests_only_through_trust() -> None:
         text = path.read_text(encoding="utf-8")
         if "load_manifest(" in text or "verify_manifest(" in text:
             offenders.append(str(path.relative_to(ROOT)))
-    assert offenders == [], "the runtime reads manifests with compiler.trust.load_trusted"
+    assert offenders == [], "the runtime reads manifests with compiler.manifest.trust.load_trusted"

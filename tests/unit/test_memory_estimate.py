@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 import torch
 
-from compiler.builtin_shape import DIGIT_TOKENIZER_VOCAB, TEXT_TOKENIZER_VOCAB, builtin_info
-from compiler.memory import GIB, LOGPROB_CHUNK_ROWS, engine_parts, trainer_parts, trainer_peak
 from compiler.pipeline import compile_spec
+from compiler.resolve.builtin_shape import DIGIT_TOKENIZER_VOCAB, TEXT_TOKENIZER_VOCAB, builtin_info
+from compiler.resolve.memory import (
+    GIB,
+    LOGPROB_CHUNK_ROWS,
+    engine_parts,
+    trainer_parts,
+    trainer_peak,
+)
 from compiler.spec.constants import BUILTIN_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,7 +222,7 @@ def test_the_plan_shards_like_the_trainer_mesh() -> None:
     """Weights and Adam states per GPU follow the mesh the trainer builds: HSDP across
     trainer nodes splits a parameter over one node's GPUs only; with expert parallelism the
     routed experts are split over the world and the rest over the EP shard only."""
-    from compiler.memory import shard_degree
+    from compiler.resolve.memory import shard_degree
     from runtime.trainer.parallel import plan_mesh
 
     for world, nodes, ep in [(1, 1, 1), (8, 1, 1), (8, 1, 2), (16, 2, 1), (16, 2, 8), (32, 4, 16)]:
@@ -243,7 +249,7 @@ def test_the_plan_shards_like_the_trainer_mesh() -> None:
 
 
 def test_hf_moe_shape_counts_the_experts() -> None:
-    from compiler.model_source import hf_shape
+    from compiler.spec.model_source import hf_shape
 
     cfg = {
         "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

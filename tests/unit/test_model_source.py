@@ -200,12 +200,12 @@ def test_compile_cache_notices_a_changed_checkpoint(tmp_path: Path, monkeypatch)
 
 def test_rederivation_does_not_reread_the_checkpoint(tmp_path: Path) -> None:
     """Compiled where the checkpoint was unreadable, run where it is: the manifest holds."""
-    from compiler.trust import load_trusted
+    from compiler.manifest.trust import load_trusted
 
     src = tmp_path / "later"
     r, _ = _compile(tmp_path, str(src), extra='architecture = "moe"')
     assert r.ok, _codes(r)
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
 
     out = write_manifest(r.manifest(), tmp_path / "manifest.json")
     _hf_dir(src, "olmoe")
@@ -253,7 +253,7 @@ def test_runtime_refuses_an_unloadable_source_before_engines_start(
     src = _hf_dir(tmp_path / "ckpt", "olmo2")
     r, _ = _compile(tmp_path, str(src))
     assert r.ok, _codes(r)
-    from compiler.manifest import manifest_bytes
+    from compiler.manifest.manifest import manifest_bytes
 
     manifest = tmp_path / "manifest.json"
     manifest.write_bytes(manifest_bytes(r.manifest()))

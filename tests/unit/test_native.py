@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import DiagnosticError, Span
-from compiler.native import (
+from compiler.resources import native_dir
+from compiler.spec.native_options import (
     OWNED,
     check_native,
     explain_native,
@@ -19,7 +20,6 @@ from compiler.native import (
     load_native_table,
     sglang_argv,
 )
-from compiler.resources import native_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -176,7 +176,7 @@ def test_olmo_core_options_are_refused_the_trainer_does_not_read_them():
 
 
 def test_bool_default_true_without_negation_cannot_be_turned_off(monkeypatch):
-    import compiler.native as native
+    import compiler.spec.native_options as native
 
     real = native.load_native_table("sglang")
     opts = dict(real.options)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, render_all
-from compiler.document import Scalar, Table
-from compiler.overrides import apply_overrides, parse_override
 from compiler.parse import parse_document
+from compiler.parse.document import Scalar, Table
+from compiler.parse.overrides import apply_overrides, parse_override
 
 SPEC = """\
 name = "run"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span
-from compiler.document import Array, ArrayOfTables, Scalar, Table
 from compiler.parse import decode_bytes, parse_document, parse_value
+from compiler.parse.document import Array, ArrayOfTables, Scalar, Table
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -313,11 +313,11 @@ def test_errors_carry_source_text_for_rendering() -> None:
 
 
 def test_cached_parser_matches_a_fresh_lark_build(tmp_path, monkeypatch) -> None:
-    """The runtime and tables from the cache (`compiler.lalr`) parse exactly as lark's own
+    """The runtime and tables from the cache (`compiler.derive.lalr`) parse exactly as lark's own
     parser built from toml.lark, whether built now or read back by a later process."""
     import lark
 
-    from compiler import lalr
+    from compiler.derive import lalr
     from compiler.parse.syntax import _GRAMMAR, _STARTS, _parser
 
     monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))

@@ -35,7 +35,7 @@ def test_unreachable_leader_is_one_line() -> None:
 def test_local_nodes_count_must_match_the_plan(tmp_path, capsys) -> None:
     from pathlib import Path
 
-    from compiler.manifest import write_manifest
+    from compiler.manifest.manifest import write_manifest
     from compiler.pipeline import compile_spec
     from runtime.launch.local_nodes import main
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from compiler.pipeline import compile_spec
-from compiler.placement import PlacementInput, place
+from compiler.resolve.placement import PlacementInput, place
 
 HEAD = 'schema_version = 1\nname = "t"\n[model]\nsource = "builtin:tiny"\n[[data.tasks]]\ntask = "arithmetic"\n[output]\nroot = "out"\n'
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler.canonical import canonical_bytes, digest_of
 from compiler.diagnostics import render_all
-from compiler.explain import explain_manifest_field
+from compiler.manifest.canonical import canonical_bytes, digest_of
+from compiler.manifest.explain import explain_manifest_field
 from compiler.pipeline import compile_spec
-from compiler.secrets import credential_reason
+from compiler.spec.secrets import credential_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """schema_version = 1
@@ -160,7 +160,7 @@ def test_explain_reads_only_the_compiled_spec(
 
 
 def test_native_options_named_like_tokens_are_not_credentials() -> None:
-    from compiler.secrets import scan
+    from compiler.spec.secrets import scan
 
     options = {"bucket_time_to_first_token": [0.1, 1.0], "speculative_token_map": "m.json"}
     found, _ = scan({"native": {"sglang": options}}, lambda path: None)
@@ -170,7 +170,7 @@ def test_native_options_named_like_tokens_are_not_credentials() -> None:
 
 
 def test_rlc_run_signs_when_a_key_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from compiler.trust import load_trusted, signature_path
+    from compiler.manifest.trust import load_trusted, signature_path
     from rlc_cli.commands.run import compile_for_run
 
     monkeypatch.chdir(ROOT)

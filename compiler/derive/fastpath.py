@@ -1,4 +1,4 @@
-"""The fast validators (``compiler.fastgen``'s output), made and cached by `compiler.derived`.
+"""The fast validators (``compiler.derive.fastgen``'s output), made and cached by `compiler.derive.derived`.
 
 Each is generated from the pydantic models on first use and then loaded from the user
 cache, keyed by the bytes of every module the generator reads (the models and the
@@ -15,18 +15,24 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-_GENERATOR = ("__init__.py", "fastgen.py", "fast_runtime.py", "fastpath.py")
+# The compiler package: every source path below (and every ``reads`` name) is relative to it.
+HERE = Path(__file__).resolve().parents[1]
+_DERIVE = ("derive/__init__.py", "derive/fastpath.py")
+_GENERATOR = ("__init__.py", *_DERIVE, "derive/fastgen.py", "derive/fast_runtime.py")
 
 
 def model_sources() -> list[Path]:
     """The spec models' sources: what every table derived from them is keyed by (with the
     module that derives it; tests/unit/test_derived.py checks these lists are complete)."""
-    return [HERE / "__init__.py", HERE / "fastpath.py", *sorted((HERE / "spec").glob("*.py"))]
+    return [
+        HERE / "__init__.py",
+        *(HERE / n for n in _DERIVE),
+        *sorted((HERE / "spec").glob("*.py")),
+    ]
 
 
 def spec_sources() -> list[Path]:
-    return [*model_sources(), HERE / "fastgen.py", HERE / "fast_runtime.py"]
+    return [*model_sources(), HERE / "derive" / "fastgen.py", HERE / "derive" / "fast_runtime.py"]
 
 
 def beaker_sources() -> list[Path]:
@@ -41,11 +47,12 @@ def beaker_sources() -> list[Path]:
 
 def spec_table(kind: str, reads: tuple[str, ...], build: Callable[[], Any]) -> Any:
     """A plain-data table computed from the spec models by ``build``, through
-    `compiler.derived` (marshalled: dicts, lists, tuples, strings). ``reads`` names the
-    compiler modules (relative to the package) that ``build`` runs besides the models."""
+    `compiler.derive.derived` (marshalled: dicts, lists, tuples, strings). ``reads`` names the
+    compiler modules (paths relative to the compiler package, e.g. ``"spec/bind.py"``) that
+    ``build`` runs besides the models."""
     import marshal
 
-    from compiler import derived
+    from compiler.derive import derived
 
     return derived.derived(
         kind,
@@ -57,10 +64,10 @@ def spec_table(kind: str, reads: tuple[str, ...], build: Callable[[], Any]) -> A
 
 
 def _module(kind: str, sources: list[Path], generate_name: str) -> ModuleType | None:
-    from compiler import derived
+    from compiler.derive import derived
 
     def generate() -> str:
-        from compiler import fastgen
+        from compiler.derive import fastgen
 
         text: str = getattr(fastgen, generate_name)()
         return text

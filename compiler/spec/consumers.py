@@ -26,7 +26,7 @@ from __future__ import annotations
 _CFG = "runtime:runtime.config:from_manifest"
 _TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
 _DRIVER = "runtime:runtime.rollout.driver:train"
-_ENGINE_ARGV = "argv:compiler.argv:engine_argv"
+_ENGINE_ARGV = "argv:compiler.resolve.argv:engine_argv"
 _EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
 _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
 _BEAKER = "beaker:compiler.emit.beaker:_common"
@@ -331,9 +331,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "runtime.max_logprob_mismatch": ("runtime:runtime.rollout.loop:GRPOLoop._limit_mismatch",),
     "runtime.seed": (_CFG,),
     # [native.*]
-    "native.sglang": ("argv:compiler.argv:native_sglang_argv",),
+    "native.sglang": ("argv:compiler.resolve.argv:native_sglang_argv",),
     "native.olmo_core": (
         "compile:checked against the pinned OLMo-core option table, then refused at its line "
-        "(compiler.native.NOT_APPLIED): the trainer reads none of these options",
+        "(compiler.spec.native_options.NOT_APPLIED): the trainer reads none of these options",
     ),
 }

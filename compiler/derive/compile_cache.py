@@ -4,9 +4,9 @@ does not pay for pydantic, the parser and the emitters (cold start ~0.1 s instea
 The key covers everything the output depends on: the spec bytes and the path as given, the
 overrides, the working directory, and the bytes of every compiler source, schema, rule
 file, template, recipe and the runtime lock, with the library versions, made by
-`compiler.derived.key` like every derived artifact's key (results are per spec, so they are
+`compiler.derive.derived.key` like every derived artifact's key (results are per spec, so they are
 stored here, not as derived artifacts). The model checkpoint files
-the compile read (``compiler.model_source``) are stored with the entry and re-checked on replay. A hit replays the exact
+the compile read (``compiler.spec.model_source``) are stored with the entry and re-checked on replay. A hit replays the exact
 files and messages of the original compile; any doubt (a file in the way with other bytes,
 an unreadable entry) falls back to a real compile. ``RLC_NO_CACHE=1`` disables it.
 """
@@ -37,7 +37,7 @@ def _tool_sources(callers: tuple[Path, ...]) -> list[str | bytes | Path]:
     """Every file of the tool a compile may read (name relative to its root, and bytes)."""
     from compiler import resources
 
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the compiler package
     roots = [
         package,
         *callers,
@@ -67,7 +67,7 @@ def key(
 ) -> str | None:
     """The cache key; ``callers`` are the source folders of the code that renders the output
     (the CLI's commands), so an edit there misses the cache like an edit to the compiler."""
-    from compiler.derived import key as derived_key
+    from compiler.derive.derived import key as derived_key
 
     try:
         data = Path(spec).read_bytes()
@@ -103,7 +103,7 @@ def replay(cache_key: str) -> dict[str, Any] | None:
         files = [(Path(f["path"]), b64decode(f["data"]), int(f["mode"])) for f in entry["files"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    from compiler.model_source import identity
+    from compiler.spec.model_source import identity
 
     inputs = entry.get("inputs") or {}
     if any(identity(p) != ident for p, ident in inputs.items()):
@@ -140,7 +140,7 @@ def store(cache_key: str, directory: Path, stdout: str, stderr: str) -> None:
                     "data": b64encode(p.read_bytes()).decode(),
                 }
             )
-    from compiler.model_source import touched
+    from compiler.spec.model_source import touched
 
     entry = {"files": files, "stdout": stdout, "stderr": stderr, "inputs": touched()}
     root = _cache_root()

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from compiler.reference import FieldDoc, catalog
+from compiler.emit.reference import FieldDoc, catalog
 
 SUPPORT_BEGIN = "<!-- BEGIN GENERATED RULE TABLE (rlc docs) -->"
 SUPPORT_END = "<!-- END GENERATED RULE TABLE -->"
@@ -185,7 +185,7 @@ def support_md(current: str) -> str:
 
 
 def spec_schema() -> dict[str, Any]:
-    from compiler.manifest import spec_json_schema
+    from compiler.manifest.manifest import spec_json_schema
 
     schema = dict(spec_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

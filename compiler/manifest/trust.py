@@ -131,7 +131,7 @@ def _duplicate_keys(raw: bytes) -> list[str]:
 # -- re-derivation ------------------------------------------------------------------------
 def _user_config(manifest: dict[str, Any]) -> dict[str, Any]:
     """The config with every default and derived leaf removed: what the user wrote."""
-    from compiler.resolve import field_paths
+    from compiler.resolve.resolve import field_paths
 
     config = copy.deepcopy(manifest["config"])
     provenance = manifest["provenance"]
@@ -156,7 +156,7 @@ def _drop_none(node: Any) -> Any:
 
 
 def _node(value: Any) -> Any:
-    from compiler.document import Array, ArrayOfTables, Scalar, ScalarKind, Table
+    from compiler.parse.document import Array, ArrayOfTables, Scalar, ScalarKind, Table
 
     s = _CONFIG_SPAN
     if isinstance(value, dict):
@@ -178,7 +178,7 @@ def _node(value: Any) -> Any:
 
 
 def _entry(key: str, value: Any) -> Any:
-    from compiler.document import Entry
+    from compiler.parse.document import Entry
 
     return Entry(key, _CONFIG_SPAN, _node(value))
 
@@ -187,7 +187,7 @@ def _source_info(manifest: dict[str, Any]) -> Any:
     """What the checkpoint said at compile time (it may be unreadable, or readable only,
     where the manifest is re-derived); a forged value only changes which compile-time
     refusal fires: the runtime's loader checks the checkpoint again."""
-    from compiler.model_source import SourceInfo
+    from compiler.spec.model_source import SourceInfo
 
     facts = manifest.get("facts")
     facts = facts if isinstance(facts, dict) else {}
@@ -207,15 +207,15 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
 
     Raises DiagnosticError when that config does not bind (the spec models refuse it).
     """
-    from compiler.argv import engine_argv, router_argv, trainer_argv
-    from compiler.bind import Layer, bind
-    from compiler.document import Document, Table
-    from compiler.resolve import resolve
+    from compiler.parse.document import Document, Table
+    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.resolve import resolve
+    from compiler.spec.bind import Layer, bind
 
     user = _user_config(manifest)
     doc = Document(Table({k: _entry(k, v) for k, v in user.items()}, "root", _CONFIG_SPAN), "")
     bound = bind([Layer("spec", doc)])
-    from compiler.secrets import scan
+    from compiler.spec.secrets import scan
 
     leaked, _ = scan(bound.merged, lambda path: None)
     if bound.spec is None or leaked:
@@ -293,12 +293,12 @@ def evaluator_job(
     has no background evaluator. The compiled template (``beaker/evaluator.yaml`` of
     `rlc compile`, rendered by the same emitter from the verified manifest) with the update
     and the snapshot path filled in; ``signature`` (the manifest's ``.sig``) travels too."""
-    from compiler.canonical import canonical_bytes
     from compiler.emit.beaker import (
         EVAL_CHECKPOINT_PLACEHOLDER,
         EVAL_UPDATE_PLACEHOLDER,
         render_beaker,
     )
+    from compiler.manifest.canonical import canonical_bytes
 
     text = canonical_bytes(manifest).decode("utf-8")
     template = render_beaker(manifest, text, signature).files.get("evaluator.yaml")
@@ -314,7 +314,7 @@ def check_manifest(
     path: str | Path, data: bytes, env: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any] | None, list[Diagnostic]]:
     """(manifest, problems) for the bytes of a manifest file; problems empty = trusted."""
-    from compiler.lint import lint_manifest
+    from compiler.manifest.lint import lint_manifest
 
     env = os.environ if env is None else env
     shown = str(path)

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span
-from compiler.document import Array, ArrayOfTables, Document, Entry, Node, Scalar, Table
 from compiler.parse import ParseError, parse_assignment
 from compiler.parse.builder import KeyPart, describe, dotted
+from compiler.parse.document import Array, ArrayOfTables, Document, Entry, Node, Scalar, Table
 
 _QUOTE_HINT = "VALUE is TOML: strings need quotes, e.g. --set 'name=\"x\"'"
 

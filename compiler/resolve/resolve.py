@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from compiler.bind import Bound, dotted
 from compiler.diagnostics import Span
-from compiler.model_source import SourceInfo
-from compiler.provenance import Provenance, span_kind
+from compiler.resolve.provenance import Provenance, span_kind
+from compiler.spec.bind import Bound, dotted
+from compiler.spec.model_source import SourceInfo
 
 
 @dataclass
@@ -74,19 +74,21 @@ def field_paths(config: dict[str, Any]) -> list[str]:
 
 # The modules the table's builder runs besides the spec models (its cache key).
 FIELD_TREE_READS = (
-    "resolve.py",
-    "bind.py",
+    "resolve/__init__.py",
+    "resolve/resolve.py",
+    "resolve/provenance.py",
+    "spec/bind.py",
+    "spec/model_source.py",
+    "parse/__init__.py",
+    "parse/document.py",
     "diagnostics.py",
-    "document.py",
-    "model_source.py",
-    "provenance.py",
 )
 
 
 @cache
 def _field_trees() -> dict[str, Any]:
     """`model_field_trees`, derived once and cached (building it imports pydantic)."""
-    from compiler.fastpath import spec_table
+    from compiler.derive.fastpath import spec_table
 
     trees: dict[str, Any] = spec_table("spec-field-tree", FIELD_TREE_READS, model_field_trees)
     return trees
@@ -287,7 +289,7 @@ class _Resolver:
             ev["path"] = _join(self.spec_dir, ev["path"])
 
     def run(self) -> Resolved:
-        from compiler.builtin_shape import builtin_info
+        from compiler.resolve.builtin_shape import builtin_info
         from compiler.spec.constants import DEFAULT_SHARED_ROOT
 
         self.record_sources()
@@ -304,7 +306,7 @@ class _Resolver:
             "'builtin' if model.source starts with 'builtin:' else 'hf'",
             ("model.source",),
         )
-        from compiler import model_source
+        from compiler.spec import model_source
 
         self.source_info = (
             self.given_source_info
@@ -558,7 +560,7 @@ class _Resolver:
             "the placement's GPUs per replica",
             ("trainer.nodes", "trainer.gpus", "inference.gpus"),
         )
-        from compiler.paths import derived_paths
+        from compiler.resolve.paths import derived_paths
 
         paths = derived_paths(c)
         return Resolved(c, self.prov, plan, paths, facts, fact_spans, self.explicit, self.spans)
@@ -777,7 +779,7 @@ class _Resolver:
 
     def _source_facts(self) -> dict[str, Any]:
         """What the readable checkpoint says (all empty when it is not readable)."""
-        from compiler.model_source import NO_HF_EXPORT
+        from compiler.spec.model_source import NO_HF_EXPORT
 
         m, info = self.config["model"], self.source_info
         export = info.export_problem
@@ -814,7 +816,7 @@ class _Resolver:
 
     # -- the plan ---------------------------------------------------------------------
     def plan(self, info: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-        from compiler.placement import PlacementInput, place
+        from compiler.resolve.placement import PlacementInput, place
 
         c = self.config
         tr, inf, opt, asy, launch = (
@@ -937,8 +939,8 @@ class _Resolver:
 
 
 def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
-    """The per-GPU memory estimate and its parts (``compiler.memory``)."""
-    from compiler.memory import estimate
+    """The per-GPU memory estimate and its parts (``compiler.resolve.memory``)."""
+    from compiler.resolve.memory import estimate
 
     return estimate(c, info, placement)
 

@@ -1,6 +1,6 @@
 """The parsed TOML document: python values plus a source span for every key and value.
 
-The parser (`compiler.parse`) builds it; overrides (`compiler.overrides`) edit it; binding
+The parser (`compiler.parse`) builds it; overrides (`compiler.parse.overrides`) edit it; binding
 (`compiler.spec`) reads values with `to_python()` and positions with `key_span` /
 `value_span`. Paths are tuples of table keys and array indices, e.g.
 ``("judges", "rubric", "gpus")`` or ``("data", "eval", 0, "path")``.

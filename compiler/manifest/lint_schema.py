@@ -1,10 +1,10 @@
 """The manifest JSON Schema check of `rlc lint`: a fast yes/no predicate, then fastjsonschema.
 
 Both are Python code generated from schemas/manifest.schema.json and made by
-`compiler.derived` (keyed by the schema's bytes, the generator's source and the
+`compiler.derive.derived` (keyed by the schema's bytes, the generator's source and the
 fastjsonschema version), so a later process loads the compiled code instead of
 regenerating it (~50 ms for the predicate, seconds for fastjsonschema).
-`compiler.schema_check` says why the predicate's "valid" can be trusted; anything else goes
+`compiler.manifest.schema_check` says why the predicate's "valid" can be trusted; anything else goes
 to fastjsonschema, which is authoritative and writes the message.
 """
 
@@ -27,7 +27,7 @@ def _generated(
     kind: str, sources: list[bytes | Path], generate: Callable[[], str], libs: tuple[str, ...]
 ) -> dict[str, Any]:
     """The namespace of a generated module, through the derived-artifact cache."""
-    from compiler.derived import generated_module
+    from compiler.derive.derived import generated_module
 
     return vars(generated_module(kind, sources, generate, libs=libs))
 
@@ -50,7 +50,7 @@ def validator() -> Any:
 @cache
 def fast_check() -> Callable[[Any], bool] | None:
     """The yes/no predicate, or None when the schema uses something it does not compile."""
-    from compiler import schema_check
+    from compiler.manifest import schema_check
 
     raw = _schema_bytes()
     try:

@@ -189,7 +189,7 @@ def mask_message(diagnostics: list[Diagnostic], values: list[str]) -> list[Diagn
 
 
 def bound_span(bound: Any) -> Any:
-    """``span_of`` for a `compiler.bind.Bound`: the value span of the layer that wrote it."""
+    """``span_of`` for a `compiler.spec.bind.Bound`: the value span of the layer that wrote it."""
 
     def span_of(path: tuple[str | int, ...]) -> Span | None:
         found = bound.writer(path) or bound.locate(path)

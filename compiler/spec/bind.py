@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span, did_you_mean
-from compiler.document import Document, Entry
+from compiler.parse.document import Document, Entry
 
 DocPath = tuple[str | int, ...]
 
@@ -81,13 +81,13 @@ def dotted(path: DocPath) -> str:
 
 
 # The modules the table's builder runs besides the spec models (its cache key).
-ALIASES_READS = ("bind.py", "diagnostics.py", "document.py")
+ALIASES_READS = ("spec/bind.py", "diagnostics.py", "parse/__init__.py", "parse/document.py")
 
 
 @cache
 def aliases() -> dict[str, str]:
     """alias dotted path -> canonical dotted path (derived from the models once, cached)."""
-    from compiler.fastpath import spec_table
+    from compiler.derive.fastpath import spec_table
 
     table: dict[str, str] = spec_table("spec-aliases", ALIASES_READS, aliases_from_models)
     return table
@@ -438,7 +438,7 @@ def validate(merged: dict[str, Any], bound: Bound) -> list[Diagnostic]:
     anything it does not accept goes to the pydantic models, which decide and word the
     errors. Both give ``Spec.model_validate(merged).model_dump(by_alias=True, mode="json")``.
     """
-    from compiler.fastpath import spec_module
+    from compiler.derive.fastpath import spec_module
 
     fast = spec_module()
     data = fast.dump(merged) if fast is not None else None

@@ -11,7 +11,7 @@ from typing import Any
 
 def native_sglang_argv(options: dict[str, Any]) -> list[str]:
     """``[native.sglang]`` as flags (the pinned option table's encoding)."""
-    from compiler.native import sglang_argv
+    from compiler.spec.native_options import sglang_argv
 
     return list(sglang_argv(options))
 

@@ -1,4 +1,4 @@
-"""LALR parsers for our grammars, made from lark and cached by `compiler.derived`.
+"""LALR parsers for our grammars, made from lark and cached by `compiler.derive.derived`.
 
 Two derived artifacts, both built by lark itself on a cache miss (the slow, always-right
 path: ``lark.Lark(grammar, parser="lalr")``):
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compiler.derived import derived, generated_module
+from compiler.derive.derived import derived, generated_module
 
 HERE = Path(__file__)
 # lark's runtime imports the optional `regex` module (~15 ms) only for Unicode-category

@@ -1,4 +1,4 @@
-"""Helpers shared by the generated fast validators (``compiler.fastgen``'s spec and Beaker
+"""Helpers shared by the generated fast validators (``compiler.derive.fastgen``'s spec and Beaker
 modules), kept here once instead of copied into each generated module.
 
 The names keep their leading underscore because generated code refers to them as module

@@ -36,15 +36,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from compiler.canonical import (
+from compiler.diagnostics import Diagnostic, Span
+from compiler.manifest.canonical import (
     CanonicalError,
     canonical_bytes,
     digest_without,
     load_if_canonical,
     loads_strict,
 )
-from compiler.diagnostics import Diagnostic, Span
-from compiler.lint_schema import schema_errors
+from compiler.manifest.lint_schema import schema_errors
 from compiler.rules.expr import UNSET
 
 
@@ -167,7 +167,7 @@ def lint_manifest(path: str | Path, data: bytes | None = None) -> LintReport:
 
 
 def _lint(path: str | Path, data: bytes | None) -> LintReport:
-    from compiler.manifest import verify_manifest
+    from compiler.manifest.manifest import verify_manifest
     from compiler.rules import evaluate
 
     shown = str(path)
@@ -257,8 +257,8 @@ def artifact_findings(manifest: dict[str, Any], shown: str) -> list[Diagnostic]:
     ``--rederive``. Cheap (~0.05 ms): it does not re-resolve the user-written config, which
     is what ``--rederive`` adds (derived config values, plan, facts).
     """
-    from compiler.argv import engine_argv, router_argv, trainer_argv
-    from compiler.paths import derived_paths
+    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.paths import derived_paths
 
     try:
         config, plan = manifest["config"], manifest["plan"]

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
-from compiler.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.diagnostics import Diagnostic, DiagnosticError
+from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
 
 
 class CompiledSpec(Protocol):
@@ -37,16 +37,21 @@ SCHEMA_VERSION = 1
 
 
 # The modules the table's builder runs besides the spec models (its cache key).
-SCHEMA_DIGEST_READS = ("manifest.py", "canonical.py", "diagnostics.py")
+SCHEMA_DIGEST_READS = (
+    "manifest/__init__.py",
+    "manifest/manifest.py",
+    "manifest/canonical.py",
+    "diagnostics.py",
+)
 
 
 def schema_digest() -> str:
     """sha256 of the canonical JSON Schema of the spec models.
 
     Building the JSON Schema costs tens of milliseconds (and imports pydantic), so the
-    digest is derived once and cached (`compiler.derived`).
+    digest is derived once and cached (`compiler.derive.derived`).
     """
-    from compiler.fastpath import spec_table
+    from compiler.derive.fastpath import spec_table
 
     digest: str = spec_table("spec-schema-digest", SCHEMA_DIGEST_READS, _schema_digest_now)
     return digest
@@ -66,7 +71,7 @@ def spec_json_schema() -> dict[str, Any]:
 def build_manifest(result: CompiledSpec) -> dict[str, Any]:
     """The manifest of a successful compile (no errors)."""
     from compiler import __version__
-    from compiler.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
 
     resolved = result.resolved
     if resolved is None or result.ruleset is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, suggest
-from compiler.reference import FieldDoc, alias_targets, catalog, lookup
+from compiler.emit.reference import FieldDoc, alias_targets, catalog, lookup
 
 
 def _rules() -> Any:
@@ -50,8 +50,8 @@ def explain_field(doc: FieldDoc, via_alias: str | None = None) -> str:
 
 
 def _consumer_lines(path: str) -> list[str]:
-    """What makes the field take effect (the consumption registry, compiler/consumers.py)."""
-    from compiler.consumers import CONSUMERS
+    """What makes the field take effect (the consumption registry, compiler/spec/consumers.py)."""
+    from compiler.spec.consumers import CONSUMERS
 
     key = path.replace("[]", ".[]")
     for placeholder in (".NAME.", ".VERIFIER.", ".KEY."):
@@ -81,7 +81,7 @@ def _variant_lines(path: str) -> list[str]:
 
     from pydantic import BaseModel
 
-    from compiler.reference import _list_models, _map_value_models, _submodels
+    from compiler.emit.reference import _list_models, _map_value_models, _submodels
     from compiler.spec import Spec
 
     model: Any = Spec
@@ -132,7 +132,7 @@ def explain_name(name: str) -> str:
     from compiler.rules import format_rule
 
     if name.startswith(("native.sglang.", "native.olmo_core.")):
-        from compiler.native import explain_native
+        from compiler.spec.native_options import explain_native
 
         _, tool, key = name.split(".", 2)
         return explain_native(tool, key)
@@ -221,7 +221,7 @@ def _value_at(config: dict[str, Any], path: str) -> Any:
 
 
 def explain_manifest_field(manifest_path: Path, field: str) -> str:
-    from compiler.manifest import load_manifest
+    from compiler.manifest.manifest import load_manifest
 
     manifest = load_manifest(manifest_path)
     config, provenance = manifest["config"], manifest["provenance"]

@@ -74,7 +74,7 @@ def origin(manifest: dict[str, Any], path: str) -> str:
 def load_side(path: Path, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
     """A manifest file, or a spec compiled in memory (errors are raised as diagnostics)."""
     if path.suffix == ".json":
-        from compiler.manifest import load_manifest
+        from compiler.manifest.manifest import load_manifest
 
         return load_manifest(path)
     from compiler.pipeline import compile_spec
