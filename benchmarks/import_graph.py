@@ -27,6 +27,13 @@ def _pkg(name: str) -> str:
     return name.split(".")[0]
 
 
+def _contract(name: str) -> bool:
+    """The manifest contract under its current name or an earlier one (`compiler.trust`
+    before the stage packages, `compiler.manifest.trust` after)."""
+    leaves = {c.rsplit(".", 1)[-1] for c in g.CONTRACT}
+    return name in g.CONTRACT or (_pkg(name) == "compiler" and name.rsplit(".", 1)[-1] in leaves)
+
+
 def measure(root: Path) -> dict[str, Any]:
     g.ROOT = root.resolve()
     graph = g._graph()
@@ -45,10 +52,10 @@ def measure(root: Path) -> dict[str, Any]:
     runtime_up = sorted(
         f"{a} -> {b}"
         for a, b in edges
-        if _pkg(a) == "runtime" and _pkg(b) in ("compiler", "rlc_cli") and b not in g.CONTRACT
+        if _pkg(a) == "runtime" and _pkg(b) in ("compiler", "rlc_cli") and not _contract(b)
     )
     runtime_contract = sorted(
-        f"{a} -> {b}" for a, b in edges if _pkg(a) == "runtime" and b in g.CONTRACT
+        f"{a} -> {b}" for a, b in edges if _pkg(a) == "runtime" and _contract(b)
     )
     rev = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
