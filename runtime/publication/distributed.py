@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import torch
 
+from runtime.engines.process import free_port
+
 from .audit import WeightAuditError, _audit_sglang
 from .disk import PublicationError, engine_version
 from .tensor import DEFAULT_BUCKET_BYTES, TensorPublishResult, bucket_plan, gather
@@ -103,6 +105,7 @@ class DistributedPublisher:
         *,
         master_address: str,
         master_port: int,
+        bind_host: str = "127.0.0.1",
         backend: str = "gloo",
         ranks_per_engine: int = 1,
         dtype: torch.dtype | None = None,
@@ -114,6 +117,8 @@ class DistributedPublisher:
         self.timeout_s = timeout_s
         self.master_address = master_address
         self.master_port = master_port
+        # where a re-formed group's rendezvous port is picked ("0.0.0.0" across nodes)
+        self.bind_host = bind_host
         self.backend = backend
         self.ranks_per_engine = ranks_per_engine
         self.dtype = dtype
@@ -191,7 +196,9 @@ class DistributedPublisher:
             if self.group is not None:
                 self.close()
                 self._pool = ThreadPoolExecutor(max_workers=max(len(self.urls), 1) + 1)
-                self.master_port += 1
+                # a port free now: the next port up may belong to anyone (other runs, other
+                # tests on the host), and a taken port fails the new group with EADDRINUSE
+                self.master_port = free_port(self.bind_host)
             self.connect()
         t0 = time.monotonic()
         # one bucket gathered (a sharded trainer), converted and cast at a time, then dropped

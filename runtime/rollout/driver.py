@@ -451,11 +451,13 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
     from runtime.publication.distributed import DistributedPublisher
 
     cfg = runner.cfg
+    bind_host = "0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"
     return DistributedPublisher(
         runner.engine_urls,
         cfg.runtime.publication.timeout_s,
         master_address=runner.ident.address,
-        master_port=free_port("0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"),
+        master_port=free_port(bind_host),
+        bind_host=bind_host,
         backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
         ranks_per_engine=int(cfg.inference.raw.get("tensor_parallel") or 1)
         if cfg.inference.engine == "sglang"

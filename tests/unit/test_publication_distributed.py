@@ -5,6 +5,8 @@ error answers."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -132,7 +134,18 @@ def test_engine_killed_in_the_group_then_survivors_regroup(engines, tmp_path):
         with pytest.raises(PublicationError):
             pub.publish(fresh_state(22), 8)
         pub.urls = [engines[0]]  # what NodeRunner.health_check does with a dead engine
-        pub.publish(fresh_state(22), 8)
+        # the port after the old group's is taken by someone else (another run on the host):
+        # the new group rendezvouses on a port that is free, not on the next one up
+        taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            taken.bind(("127.0.0.1", pub.master_port + 1))
+            taken.listen()
+        except OSError:
+            pass  # already somebody else's: the same situation
+        try:
+            pub.publish(fresh_state(22), 8)
+        finally:
+            taken.close()
         assert httpx.get(engines[0] + "/get_weight_version").json()["weight_version"] == "8"
         pub.audit(fresh_state(22))
     finally:
