@@ -59,9 +59,9 @@ class Diagnostic:
         out: dict[str, object] = {
             "severity": self.severity,
             "code": self.code,
-            "message": self.message,
-            "help": list(self.help),
-            "notes": list(self.notes),
+            "message": clip_text(self.message),
+            "help": [clip_text(h) for h in self.help],
+            "notes": [clip_text(n) for n in self.notes],
             "secondary": [{**s.to_json(), "label": label} for s, label in self.secondary],
         }
         if self.span is not None:
@@ -86,6 +86,9 @@ class SourceMap:
     """Source texts by name, so renderers can show the offending line."""
 
     texts: dict[str, str] = field(default_factory=dict)
+    _lines: dict[str, tuple[str, list[str]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def add(self, source: str, text: str) -> None:
         self.texts[source] = text
@@ -94,9 +97,13 @@ class SourceMap:
         text = self.texts.get(source)
         if text is None:
             return None
-        # Not splitlines(): it also splits on \f, \x1c-\x1e, \x85, \u2028 and \u2029,
-        # which TOML (and most formats) do not count as line breaks.
-        lines = text.split("\n")
+        cached = self._lines.get(source)
+        if cached is None or cached[0] is not text:  # split once per text, not per diagnostic
+            # Not splitlines(): it also splits on \f, \x1c-\x1e, \x85, \u2028 and \u2029,
+            # which TOML (and most formats) do not count as line breaks.
+            cached = (text, text.split("\n"))
+            self._lines[source] = cached
+        lines = cached[1]
         if 1 <= line <= len(lines):
             return lines[line - 1].removesuffix("\r")
         return "" if line == len(lines) + 1 else None
@@ -121,6 +128,34 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> tuple[str, ...]:
     return (f"did you mean {' or '.join(repr(f) for f in found)}?",)
 
 
+MAX_MESSAGE_CHARS = 400  # a message quoting a 100 kB key or value shows its ends
+
+
+def clip_text(text: str) -> str:
+    """``text`` with its middle elided past `MAX_MESSAGE_CHARS` (applied when rendering,
+    after secret values were masked, so a clip never reveals part of one)."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    keep = MAX_MESSAGE_CHARS // 2
+    return f"{text[:keep]} ... [{len(text) - 2 * keep} characters] ... {text[-keep:]}"
+
+
+_SNIPPET_WIDTH = 120  # characters of a source line shown around the span
+
+
+def _clip(line: str, start: int, width: int) -> tuple[str, int, int]:
+    """A window of a long source line around the span: (shown text, start, width).
+
+    A spec line can be a megabyte long; echoing it whole would bury the message."""
+    if len(line) <= _SNIPPET_WIDTH:
+        return line, start, width
+    lo = max(0, min(start - _SNIPPET_WIDTH // 3, len(line) - _SNIPPET_WIDTH))
+    hi = lo + _SNIPPET_WIDTH
+    shown = ("..." if lo else "") + line[lo:hi] + ("..." if hi < len(line) else "")
+    new_start = start - lo + (3 if lo else 0)
+    return shown, new_start, max(1, min(width, hi - start))
+
+
 def _render_snippet(span: Span, sources: SourceMap, label: str = "") -> list[str]:
     text = sources.line(span.source, span.line)
     if text is None:
@@ -133,6 +168,7 @@ def _render_snippet(span: Span, sources: SourceMap, label: str = "") -> list[str
         width = max(span.end_col - span.col, 1)
     else:
         width = max(len(expanded) - start, 1)
+    expanded, start, width = _clip(expanded, start, width)
     underline = " " * start + "^" * width
     out = [f"{pad} |", f"{gutter} | {expanded}", f"{pad} | {underline}"]
     if label:
@@ -143,17 +179,20 @@ def _render_snippet(span: Span, sources: SourceMap, label: str = "") -> list[str
 def render_text(diagnostic: Diagnostic, sources: SourceMap | None = None) -> str:
     sources = sources or SourceMap()
     where = f"{diagnostic.span}: " if diagnostic.span else "rlc: "
-    lines = [f"{where}{diagnostic.severity}[{diagnostic.code}]: {diagnostic.message}"]
+    lines = [f"{where}{diagnostic.severity}[{diagnostic.code}]: {clip_text(diagnostic.message)}"]
     if diagnostic.span is not None:
         lines.extend(_render_snippet(diagnostic.span, sources))
     for span, label in diagnostic.secondary:
         lines.append(f"  --> {span}")
         lines.extend(_render_snippet(span, sources, label))
     for note in diagnostic.notes:
-        lines.append(f"  = note: {note}")
+        lines.append(f"  = note: {clip_text(note)}")
     for h in diagnostic.help:
-        lines.append(f"  = help: {h}")
+        lines.append(f"  = help: {clip_text(h)}")
     return "\n".join(lines)
+
+
+MAX_RENDERED = 100  # diagnostics shown as text; a terminal full of them helps nobody
 
 
 def render_all(
@@ -161,7 +200,11 @@ def render_all(
 ) -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diagnostics], indent=2)
-    parts = [render_text(d, sources) for d in diagnostics]
+    parts = [render_text(d, sources) for d in diagnostics[:MAX_RENDERED]]
+    if len(diagnostics) > MAX_RENDERED:
+        parts.append(
+            f"... {len(diagnostics) - MAX_RENDERED} more not shown (`--format json` lists all)"
+        )
     errors = sum(d.is_error for d in diagnostics)
     warnings = sum(d.severity == "warning" for d in diagnostics)
     if errors or warnings:

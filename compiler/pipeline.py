@@ -144,8 +144,10 @@ def known_fields(resolved: Any) -> set[str]:
 
 
 def _read(path: Path, shown: str) -> bytes:
+    from compiler.safe_read import SPEC_LIMIT, read_regular
+
     try:
-        return path.read_bytes()
+        return read_regular(path, SPEC_LIMIT)
     except OSError as exc:
         raise DiagnosticError(
             Diagnostic("error", "spec-io", f"cannot read {shown}: {exc.strerror or exc}")

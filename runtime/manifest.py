@@ -29,8 +29,9 @@ def load_verified_manifest(path: str | Path) -> dict[str, Any]:
 def manifest_signature(path: str | Path) -> str | None:
     """The detached ``rlc compile --sign`` signature beside a manifest (``.sig``), if any:
     the Beaker specs carry it into every job, where ``load_verified_manifest`` checks it."""
-    sig = Path(str(path) + ".sig")
+    from compiler.manifest.trust import read_signature
+
     try:
-        return sig.read_text(encoding="utf-8").strip() or None
-    except FileNotFoundError:
-        return None
+        return read_signature(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}.sig: cannot read the signature: {exc}") from None

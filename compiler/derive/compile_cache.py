@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from compiler.safe_read import SPEC_LIMIT, read_regular
+
 _VERSION = "rlc-compile-cache-2"
 
 
@@ -70,7 +72,7 @@ def key(
     from compiler.derive.derived import key as derived_key
 
     try:
-        data = Path(spec).read_bytes()
+        data = read_regular(spec, SPEC_LIMIT)
         args = json.dumps([spec, list(overrides), out_dir, os.getcwd()])
         return derived_key(_VERSION, [args, data, *_tool_sources(callers)], _LIBS)
     except OSError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Literal, get_args, get_origin
 
@@ -135,6 +135,28 @@ def _default(info: FieldInfo) -> Any:
     return None
 
 
+def _joined(a: str, b: str, sep: str) -> str:
+    return a if b in a.split(sep) else f"{a}{sep}{b}"
+
+
+def _put(out: dict[str, FieldDoc], doc: FieldDoc) -> None:
+    """Record ``doc``; a path that several members of a union share (``judges.NAME.mode``
+    is "managed" in one, "external" in the other) gets one row naming every variant."""
+    old = out.get(doc.path)
+    if old is None:
+        out[doc.path] = doc
+        return
+    out[doc.path] = replace(
+        old,
+        type=_joined(old.type, doc.type, " | "),
+        required=old.required and doc.required,
+        default=old.default if old.default == doc.default else None,
+        description=_joined(old.description, doc.description, "; "),
+        choices=old.choices + tuple(c for c in doc.choices if c not in old.choices),
+        constraints=old.constraints + tuple(c for c in doc.constraints if c not in old.constraints),
+    )
+
+
 def _walk(model: type[BaseModel], prefix: str, section: str, out: dict[str, FieldDoc]) -> None:
     for name, info in model.model_fields.items():
         key = info.alias or name
@@ -158,23 +180,23 @@ def _walk(model: type[BaseModel], prefix: str, section: str, out: dict[str, Fiel
             constraints=_constraints(info),
         )
         if subs and len(subs) == 1:
-            out[path] = doc
+            _put(out, doc)
             _walk(subs[0], path, sect, out)
         elif subs:
-            out[path] = doc
+            _put(out, doc)
             for sub in subs:
                 _walk(sub, path, sect, out)
         elif maps:
-            out[path] = doc
+            _put(out, doc)
             placeholder = _PLACEHOLDERS.get(path, "KEY")
             for sub in maps:
                 _walk(sub, f"{path}.{placeholder}", sect, out)
         elif _list_models(info.annotation):
-            out[path] = doc
+            _put(out, doc)
             for sub in _list_models(info.annotation):
                 _walk(sub, f"{path}[]", sect, out)
         else:
-            out[path] = doc
+            _put(out, doc)
 
 
 @cache

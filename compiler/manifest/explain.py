@@ -8,6 +8,7 @@ from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, suggest
 from compiler.emit.reference import FieldDoc, alias_targets, catalog, lookup
+from compiler.safe_read import SPEC_LIMIT, read_regular
 
 
 def _rules() -> Any:
@@ -197,7 +198,7 @@ def _source_line(manifest_path: Path, source: dict[str, Any], span: dict[str, An
             candidates = [rdir / f"{file[7:]}.toml"]
     for candidate in candidates:
         try:
-            data = candidate.read_bytes()
+            data = read_regular(candidate, SPEC_LIMIT)
         except OSError:
             continue
         if not isinstance(expected, str) or hashlib.sha256(data).hexdigest() != expected:

@@ -46,6 +46,7 @@ from compiler.manifest.canonical import (
 )
 from compiler.manifest.lint_schema import schema_errors
 from compiler.rules.expr import UNSET
+from compiler.safe_read import MANIFEST_LIMIT, read_regular
 
 
 @dataclass
@@ -173,7 +174,7 @@ def _lint(path: str | Path, data: bytes | None) -> LintReport:
     shown = str(path)
     report = LintReport(shown)
     try:
-        raw = Path(path).read_bytes() if data is None else data
+        raw = read_regular(path, MANIFEST_LIMIT) if data is None else data
     except OSError as exc:
         report.findings.append(_err(shown, "manifest-io", f"cannot read: {exc.strerror or exc}"))
         return report

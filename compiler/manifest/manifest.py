@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from compiler.diagnostics import Diagnostic, DiagnosticError
 from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
+from compiler.safe_read import MANIFEST_LIMIT, read_regular
 
 
 class CompiledSpec(Protocol):
@@ -239,7 +240,7 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     """Read and verify a manifest; raises DiagnosticError when it cannot be trusted."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MANIFEST_LIMIT)
     except OSError as exc:
         raise DiagnosticError(
             Diagnostic(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, render_all
+from compiler.safe_read import MANIFEST_LIMIT, SIGNATURE_LIMIT, read_regular, read_regular_text
 
 __all__ = [
     "DiagnosticError",
@@ -59,6 +60,15 @@ def signature_path(manifest_path: str | Path) -> Path:
     return p.with_name(p.name + SIGNATURE_SUFFIX)
 
 
+def read_signature(manifest_path: str | Path) -> str | None:
+    """The detached signature beside a manifest, or None where there is none; a signature
+    path that is not a small regular file (a FIFO, a link to a device) is an OSError."""
+    try:
+        return read_regular_text(signature_path(manifest_path), SIGNATURE_LIMIT).strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def sign_bytes(data: bytes, key: str) -> str:
     """``hmac-sha256:<hex>`` over the manifest file's bytes."""
     return "hmac-sha256:" + hmac.new(key.encode(), data, hashlib.sha256).hexdigest()
@@ -86,7 +96,7 @@ def signature_findings(path: str | Path, data: bytes, key: str | None) -> list[D
     shown = str(path)
     sig = signature_path(path)
     try:
-        claimed = sig.read_text(encoding="utf-8").strip()
+        claimed = read_regular_text(sig, SIGNATURE_LIMIT).strip()
     except (OSError, UnicodeDecodeError):
         return [
             _err(
@@ -349,7 +359,7 @@ def load_trusted(path: str | Path, env: Mapping[str, str] | None = None) -> dict
     """Read and fully re-check a manifest; raises DiagnosticError listing every problem."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_regular(p, MANIFEST_LIMIT)
     except OSError as exc:
         raise DiagnosticError(
             _err(str(p), "manifest-io", f"cannot read manifest: {exc.strerror or exc}")

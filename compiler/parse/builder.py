@@ -18,6 +18,7 @@ from typing import Any
 from compiler.diagnostics import Diagnostic, Span
 from compiler.parse.document import Array, ArrayOfTables, Entry, Node, Scalar, Table
 from compiler.parse.scalars import ScalarIssue, atom_value, decode_basic
+from compiler.parse.source import MAX_NESTING
 
 KeyPart = tuple[str, Span]
 
@@ -135,8 +136,25 @@ class Builder:
         open_tok, key_tree, close_tok = stmt.children
         header_span = self.span_between(open_tok, close_tok)
         parts = self.key(key_tree)
+        if self._too_deep((), parts):
+            return Table({}, "header", header_span), ()  # a detached table: keys go nowhere
         table = self._open_table(root, parts, header_span, aot)
         return table, tuple(name for name, _ in parts)
+
+    def _too_deep(self, prefix: tuple[str, ...], parts: list[KeyPart]) -> bool:
+        """A key path deeper than the nesting limit is an error at the part that crosses it:
+        every later stage walks tables recursively, so depth must be bounded here."""
+        over = len(prefix) + len(parts) - MAX_NESTING
+        if over <= 0:
+            return False
+        span = parts[max(len(parts) - over, 0)][1]
+        self.error(
+            "toml-limit",
+            f"keys nest deeper than {MAX_NESTING} levels here",
+            span,
+            help=("flatten the key; no spec field nests that deep",),
+        )
+        return True
 
     def _open_table(self, root: Table, parts: list[KeyPart], header_span: Span, aot: bool) -> Table:
         detached = Table({}, "header", header_span)
@@ -249,6 +267,8 @@ class Builder:
     def keyval(self, table: Table, stmt: Any, prefix: tuple[str, ...]) -> None:
         key_tree, value_tree = stmt.children
         parts = self.key(key_tree)
+        if self._too_deep(prefix, parts):
+            return
         if hasattr(value_tree, "data"):
             value = self.value(value_tree, prefix + tuple(name for name, _ in parts))
         else:
@@ -323,6 +343,8 @@ class Builder:
         for kv in children[1:-1]:
             key_tree, value_tree = kv.children
             parts = self.key(key_tree)
+            if self._too_deep(path, parts):
+                continue
             value = self.value(value_tree, path + tuple(name for name, _ in parts))
             self.insert(table, parts, value, path)
         return table

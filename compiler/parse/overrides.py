@@ -16,6 +16,7 @@ from compiler.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span
 from compiler.parse import ParseError, parse_assignment
 from compiler.parse.builder import KeyPart, describe, dotted
 from compiler.parse.document import Array, ArrayOfTables, Document, Entry, Node, Scalar, Table
+from compiler.parse.source import MAX_NESTING
 
 _QUOTE_HINT = "VALUE is TOML: strings need quotes, e.g. --set 'name=\"x\"'"
 
@@ -54,10 +55,20 @@ def _parse(text: str, index: int) -> tuple[list[KeyPart], Node]:
         )
         raise ParseError([diag], SourceMap({source: text}))
     try:
-        return parse_assignment(text, source)
+        parts, value = parse_assignment(text, source)
     except DiagnosticError as exc:
         diags = [_with_help(d, text) for d in exc.diagnostics]
         raise ParseError(diags, SourceMap({source: text})) from None
+    if len(parts) > MAX_NESTING:  # the same bound as keys in a file: later stages recurse
+        diag = Diagnostic(
+            "error",
+            "toml-limit",
+            f"keys nest deeper than {MAX_NESTING} levels here",
+            parts[MAX_NESTING][1],
+            help=("flatten the key; no spec field nests that deep",),
+        )
+        raise ParseError([diag], SourceMap({source: text}))
+    return parts, value
 
 
 def parse_override(text: str, index: int) -> tuple[tuple[str, ...], Node]:

@@ -179,6 +179,27 @@ def _system_path(root: str) -> bool:
     return any(root == d or root.startswith(d + "/") for d in _SYSTEM_DIRS)
 
 
+# Per-user scratch areas an absolute run directory may lie in without a declared mount:
+# strictly inside /tmp, or inside a home directory (/home/<user>/<dir>...).
+_SCRATCH_PREFIXES = (("tmp",), ("home", "*"))
+
+
+def _outside_root(root: str, mounts: list[str], cwd: str) -> bool:
+    """``output.root`` (normalised, relative paths already relative to the working directory)
+    lies outside the working directory ``cwd``, every declared mount and the per-user scratch
+    areas: a relative path that climbs above ``cwd``, or an absolute one elsewhere."""
+    if not root.startswith("/"):
+        return root == ".." or root.startswith("../")
+    if any(_under(root, m) for m in mounts) or (root != cwd and _under(root, cwd)):
+        return False
+    parts = root.strip("/").split("/")
+    for prefix in _SCRATCH_PREFIXES:
+        n = len(prefix)
+        if len(parts) > n and all(p in ("*", q) for p, q in zip(prefix, parts, strict=False)):
+            return False
+    return True
+
+
 def _under(path: str, root: str) -> bool:
     """``path`` is ``root`` or inside it (both normalised)."""
     p, r = posixpath.normpath(path), posixpath.normpath(root)
@@ -617,6 +638,11 @@ class _Resolver:
         root_system = _system_path(c["output"]["root"])
         if root_system:
             self._fact_span(spans, "facts.output_root_system", ("output", "root"))
+        root_outside = not root_system and _outside_root(
+            c["output"]["root"], [posixpath.normpath(m) for m in mounts], os.getcwd()
+        )
+        if root_outside:
+            self._fact_span(spans, "facts.output_root_outside", ("output", "root"))
         judges = c["judges"]
         bindings = c["judging"]["bindings"]
         unknown_j = sorted({b["judge"] for b in bindings.values()} - set(judges))
@@ -753,6 +779,7 @@ class _Resolver:
                 "background_only_fields": background_fields,
                 "eval_reserved_server_args": bad_args,
                 "output_root_system": root_system,
+                "output_root_outside": root_outside,
                 "builtin_model": c["model"]["source"].startswith("builtin:"),
                 "builtin_base": _builtin_base(c["model"]["source"]),
                 "builtin_bad_overrides": _builtin_bad_overrides(c["model"]["source"]),

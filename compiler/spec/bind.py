@@ -283,9 +283,26 @@ def _missing_span(bound: Bound, path: DocPath) -> Span | None:
     return Span(spec.source, 1, 1, 1, 2)
 
 
+# Schema errors reported for one spec: a pasted data file can yield tens of thousands,
+# each with a did-you-mean search; the first hundred say what is wrong.
+MAX_SCHEMA_ERRORS = 100
+
+
 def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    if len(errors) > MAX_SCHEMA_ERRORS:
+        out.append(
+            Diagnostic(
+                "error",
+                "too-many-errors",
+                f"{len(errors) - MAX_SCHEMA_ERRORS} more schema errors are not shown",
+                _missing_span(bound, ()),
+                help=("fix the errors shown first; is this file a spec?",),
+            )
+        )
+        errors = errors[:MAX_SCHEMA_ERRORS]
+    for err in errors:
         kind = err["type"]
         path, is_key = _data_path(bound.merged, tuple(err["loc"]))
         name = dotted(path) or "<top level>"

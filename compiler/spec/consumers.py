@@ -74,6 +74,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "data.prompt_wrapper": ("runtime:runtime.data.manifest:load_prompts",),
     # [output]
     "output.root": ("runtime:runtime.config:_paths",),
+    "output.allow_outside": ("rule:output-root-outside",),
     "output.export_hf": (_DRIVER,),
     "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
     # [launch]: the Beaker experiment

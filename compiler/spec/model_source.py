@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from compiler.safe_read import JSON_LIMIT, read_regular_text
+
 HF_FAMILIES: dict[str, str] = {
     "olmo2": "dense",
     "olmo3": "dense",
@@ -88,8 +90,7 @@ class SourceInfo:
 
 def _read_json(path: str) -> dict[str, Any] | str:
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular_text(path, JSON_LIMIT))
     except (OSError, ValueError) as exc:
         return f"cannot read {os.path.basename(path)}: {exc}"
     return data if isinstance(data, dict) else f"{os.path.basename(path)} is not a JSON object"

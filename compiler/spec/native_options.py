@@ -43,7 +43,7 @@ OWNED: dict[str, dict[str, str]] = {
         "tp_size": "set inference.tensor_parallel instead",
         "dp_size": "rlc runs one engine per inference.tensor_parallel GPUs; set inference.gpus",
         "pp_size": "pipeline-parallel serving is not supported; engines are TP1",
-        "mem_fraction_static": "set inference.mem_fraction instead",
+        "mem_fraction_static": "set inference.mem_fraction_static instead",
         "max_running_requests": "set inference.max_running_requests instead",
         "max_total_tokens": "set inference.max_total_tokens instead",
         "context_length": "set inference.max_context_length instead",

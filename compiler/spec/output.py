@@ -12,6 +12,12 @@ class OutputSection(Section):
         "directory. It is reused only by a manifest with the same digest (resume).",
         min_length=1,
     )
+    allow_outside: bool = fld(
+        False,
+        description="let output.root lie outside the working directory, the declared mounts "
+        "and the per-user scratch areas (/tmp/..., /home/<user>/...)",
+        note="system directories are refused even then",
+    )
     export_hf: bool = fld(False, description="export final HF weights (safetensors) after training")
     rollout_sample_rate: float = fld(
         0.0,

@@ -29,7 +29,11 @@ _PREFIXES = re.compile(
     r"|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{40,}"
     r")"
 )
-_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s?#@]+@")
+# Userinfo is looked for from each ``://`` (one pass; a scheme-first pattern retried the
+# scheme characters from every start and took quadratic time on long words).
+_SCHEME_SEP = re.compile(r"://")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_USERINFO = re.compile(r"[^/\s?#@]+@")
 _URL_QUERY_KEY = re.compile(
     r"[?&;](api[_-]?key|apikey|access[_-]?token|auth[_-]?token|auth|token|key|secret"
     r"|client[_-]?secret|password|passwd|pwd|sig|signature|x-amz-signature"
@@ -37,7 +41,9 @@ _URL_QUERY_KEY = re.compile(
     re.IGNORECASE,
 )
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}")
+# A token starts where a run of base64url characters starts: without the look-behind the
+# search restarted inside every ``eyJ`` of a long run (quadratic).
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}")
 _SEGMENT = re.compile(r"[A-Za-z0-9+/=]{20,}")
 # option names that end in a credential word: `api_key`, `ssl_keyfile_password` (not
 # `bucket_time_to_first_token`, a list of latency buckets)
@@ -76,13 +82,26 @@ def _high_entropy(value: str) -> bool:
     return False
 
 
+def _url_with_userinfo(value: str) -> bool:
+    """``scheme://user:pass@host`` anywhere in ``value``, in time linear in its length."""
+    for sep in _SCHEME_SEP.finditer(value):
+        i = sep.start()
+        has_letter = False
+        while i > 0 and value[i - 1] in _SCHEME_CHARS:
+            i -= 1
+            has_letter = has_letter or value[i].isalpha()
+        if has_letter and _USERINFO.match(value, sep.end()):
+            return True
+    return False
+
+
 def credential_reason(value: str) -> str | None:
     """Why ``value`` looks like a credential, or None."""
     if _PREFIXES.search(value):
         return "it has the prefix of a known access token"
     if _PRIVATE_KEY.search(value):
         return "it holds a private key"
-    if _URL_USERINFO.search(value):
+    if _url_with_userinfo(value):
         return "the URL carries credentials (user:password@)"
     m = _URL_QUERY_KEY.search(value)
     if m:

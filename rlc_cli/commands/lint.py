@@ -36,18 +36,20 @@ def command(paths: tuple[str, ...], fmt: str, rederive: bool) -> None:
         sys.exit(EXIT_USER)
     reports = [lint_manifest(p) for p in files]
     from compiler.manifest.trust import signature_findings, signing_key
+    from compiler.safe_read import MANIFEST_LIMIT, read_regular
 
     key = signing_key()
     if key is not None:  # with a key in the environment every manifest must be signed by it
         for r, p in zip(reports, files, strict=True):
             with contextlib.suppress(OSError):  # an unreadable file is already reported
-                r.findings.extend(signature_findings(p, p.read_bytes(), key))
+                r.findings.extend(signature_findings(p, read_regular(p, MANIFEST_LIMIT), key))
     if rederive:
         from compiler.manifest.trust import derivation_findings
 
         for r, p in zip(reports, files, strict=True):
             if r.ok:  # a manifest with findings is already refused
-                r.findings.extend(derivation_findings(json.loads(p.read_bytes()), str(p)))
+                data = json.loads(read_regular(p, MANIFEST_LIMIT))
+                r.findings.extend(derivation_findings(data, str(p)))
     bad = [r for r in reports if not r.ok]
     if fmt == "json":
         click.echo(json.dumps([r.to_json() for r in reports], indent=2))

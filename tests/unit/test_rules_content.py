@@ -165,6 +165,11 @@ CASES: list[tuple[str, str, str]] = [
         '[output]\nroot = "/tmp/rlc-run"\n',
     ),
     (
+        "output-root-outside",
+        '[output]\nroot = "/opt/rlc-run"  # <-\n',
+        '[output]\nroot = "/opt/rlc-run"\nallow_outside = true\n',
+    ),
+    (
         "launch-multinode-shared-storage",
         '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n[output]\nroot = "out"  # <-\n',
         '[model]\nsource = "builtin:olmo3-190m"\n[trainer]\nnodes = 2\ngpus = 8\n[inference]\nplacement = "disaggregated"\n[output]\nroot = "/weka/oe-training-default/run"\n',
