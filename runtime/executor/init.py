@@ -11,7 +11,8 @@ set-up code, then forks the program as PID 1 of a fresh PID namespace and waits 
 3. The whole mount tree is made read-only (``mount_setattr``, recursive); ``/tmp`` becomes an
    empty read-only tmpfs holding the working directory (its own size-capped tmpfs, the only
    writable place) and a read-only bind of the interpreter's prefix; ``/var/tmp``,
-   ``/dev/shm`` and ``/run/lock`` are hidden behind empty read-only tmpfs mounts.
+   ``/dev/shm`` and ``/run`` (the host's UNIX sockets) are hidden behind empty read-only
+   tmpfs mounts.
 4. In the child (PID 1): a private ``/proc``, rlimits, the slot's throw-away uid (root
    mode), ``no_new_privs``, a Landlock domain (reads only in system directories, writes only
    in the working directory, no TCP, no signals or abstract sockets outside the domain), the
@@ -61,7 +62,8 @@ SECCOMP_MODE_FILTER = 2
 INNER_UID = 1000
 WORK = "/tmp/work"
 PYTHON_MOUNT = "/tmp/.rlc-python"
-HIDDEN_DIRS = ("/var/tmp", "/dev/shm", "/run/lock")
+# Writable or socket-holding places of the host, each behind an empty read-only tmpfs.
+HIDDEN_DIRS = ("/var/tmp", "/dev/shm", "/run")
 READ_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/tmp")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -264,7 +266,7 @@ def _child(cfg, sandboxed, bpf, status_w):
     else:
         os.chdir(cfg["workdir"])
     cpu = max(1, int(limits["cpu_s"] + 0.999))
-    mem = int(limits["memory_mb"]) * 1024 * 1024
+    mem = int(cfg["address_space_mb"]) * 1024 * 1024
     for res, value in (
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, (mem, mem)),

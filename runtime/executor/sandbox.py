@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runtime.executor import cgroups
+from runtime.executor.cgroups import CgroupBase, RunGroup
 from runtime.executor.settings import ExecutorSettings
 
 _HERE = Path(__file__).resolve().parent
@@ -62,11 +64,26 @@ UID_BASE = 1_500_000_000
 MAX_SLOTS = 256
 KINDS = ("namespaces", "userns", "none")
 SETUP_FAILED = "rlc-sandbox: set-up failed"
+# What the opt-in ``none`` mode does not protect, by kind; the hostile-program suite checks
+# that exactly these get through without a sandbox. It keeps only: the wall-clock kill,
+# the stdout cap, RLIMIT_CPU, RLIMIT_FSIZE and RLIMIT_NOFILE per process, the scrubbed
+# environment and the file permissions of the service's uid.
+UNSANDBOXED_GAPS = {
+    "files": "every file the service's uid may read or write (its secrets, the repository,"
+    " /tmp), with no disk cap",
+    "network": "the host's network (loopback services included)",
+    "unix sockets": "the host's UNIX sockets, named and abstract",
+    "other processes": "the service's and the judge's processes: their /proc (environment,"
+    " command line, open pipes, so they can forge a passing verdict), ptrace and signals",
+    "memory": "memory is bounded per process only (children, memfd and shared memory add up)",
+    "processes": "max_processes counts every process of the service's uid, not the run's",
+    "outliving the run": "a process that leaves the session outlives the run",
+    "kernel": "every kernel call (new namespaces, chroot, io_uring, keyrings, ...)",
+}
 UNSANDBOXED_WARNING = (
     "WARNING: the code executor runs UNSANDBOXED (no namespaces, Landlock or seccomp on this "
-    "host, explicitly allowed): programs can read this user's files, use the network, "
-    "signal its processes and open the judge's pipes through /proc, so they can forge a "
-    "passing verdict"
+    "host, explicitly allowed); it does not protect: "
+    + "; ".join(f"{kind}: {what}" for kind, what in UNSANDBOXED_GAPS.items())
 )
 
 STATUSES = ("ok", "failed", "timeout", "memory", "error", "output_limit", "killed")
@@ -140,6 +157,8 @@ class Isolation:
     reason: str = ""
     site: bool = False
     allow_network: bool = False
+    cgroup: str = ""  # "cgroup v2" / "cgroup v1": the run's whole tree is bounded by it
+    cgroup_note: str = ""  # why there is none
 
     @property
     def namespaces(self) -> bool:
@@ -162,6 +181,15 @@ class Isolation:
                 if sandboxed
                 else "RLIMIT_NPROC of the service's uid"
             ),
+            "memory": (
+                f"whole run bounded by {self.cgroup}"
+                if sandboxed and self.cgroup
+                else "whole run bounded by per-process shares of the budget, memfd denied"
+                if sandboxed
+                else "per process only"
+            ),
+            "cgroup": self.cgroup,
+            "cgroup_note": self.cgroup_note,
             "namespaces": sandboxed,
             "drop_uid": self.drop_uid,
             "landlock_abi": self.landlock_abi,
@@ -282,37 +310,55 @@ NAMESPACE_FLAGS = (
     0x40000000,
 )
 AF_UNIX = 1
+# socketpair types that stay connected to each other only (a datagram pair can still
+# sendto or connect any named socket).
+CONNECTED_SOCKET_TYPES = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
+# Kernel-held memory that no per-process limit counts: System V shared memory and message
+# queues, POSIX message queues (and memfd where no cgroup counts it, see `build_seccomp`).
+UNCOUNTED_MEMORY_SYSCALLS = ("shmget", "msgget", "mq_open")
 
 
-def build_seccomp(network: bool) -> bytes:
-    """The BPF program for sandboxed processes, compiled by libseccomp (``pyseccomp``)."""
+def build_seccomp(network: bool, memfd: bool = True) -> bytes:
+    """The BPF program for sandboxed processes, compiled by libseccomp (``pyseccomp``).
+
+    No program may create an ``AF_UNIX`` socket (it could reach any named or abstract socket
+    of the host, whatever the mount tree); a connected ``socketpair`` stays allowed.
+    ``memfd``: whether ``memfd_create`` is allowed (only where a cgroup counts its pages)."""
     import errno
 
     import pyseccomp as sc  # type: ignore[import-untyped]
 
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
-    for name in DENIED_SYSCALLS:
+    denied = (*DENIED_SYSCALLS, *UNCOUNTED_MEMORY_SYSCALLS, *(() if memfd else ("memfd_create",)))
+    for name in denied:
         with contextlib.suppress(Exception):  # a call this architecture does not have
             filt.add_rule(sc.ERRNO(errno.EPERM), name)
     for flag in NAMESPACE_FLAGS:
         filt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
     filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    if not network:
-        filt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.NE, AF_UNIX))
+    if network:
+        filt.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.EQ, AF_UNIX))
+    else:
+        filt.add_rule(sc.ERRNO(errno.EACCES), "socket")
+    filt.add_rule(sc.ERRNO(errno.EACCES), "socketpair", sc.Arg(0, sc.NE, AF_UNIX))
+    for kind in range(16):
+        if kind not in CONNECTED_SOCKET_TYPES:
+            rule = sc.Arg(1, sc.MASKED_EQ, 0xF, kind)
+            filt.add_rule(sc.ERRNO(errno.EACCES), "socketpair", rule)
     with tempfile.TemporaryFile() as fh:
         filt.export_bpf(fh)
         fh.seek(0)
         return fh.read()
 
 
-def _seccomp_files(root: str, allow_network: bool) -> dict[bool, str] | None:
+def _seccomp_files(root: str, allow_network: bool, memfd: bool = False) -> dict[bool, str] | None:
     """Write the filters (without and, if allowed, with network) under ``root``."""
     try:
         out = {}
         for network in (False, True) if allow_network else (False,):
             path = os.path.join(root, f"seccomp-{'net' if network else 'nonet'}.bpf")
-            Path(path).write_bytes(build_seccomp(network))
+            Path(path).write_bytes(build_seccomp(network, memfd))
             out[network] = path
         return out
     except Exception:
@@ -416,6 +462,27 @@ def sandbox_env(iso: Isolation, workdir: str = SANDBOX_WORK) -> dict[str, str]:
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How a run's memory budget is enforced: each process's address space and the size of
+    the tmpfs working directory (whose pages are memory too)."""
+
+    address_space_mb: int
+    tmpfs_mb: int
+
+
+def memory_plan(limits: Limits, counted: bool) -> MemoryPlan:
+    """``counted``: a cgroup bounds the whole run (tmpfs and memfd pages included), so each
+    process may use the whole budget. Otherwise the budget is split: the tmpfs gets at most a
+    quarter of it, and each of the ``max_processes`` processes an equal share of the rest,
+    so that together they can never hold more than ``memory_mb``."""
+    if counted:
+        return MemoryPlan(limits.memory_mb, limits.disk_mb)
+    tmpfs = max(1, min(limits.disk_mb, limits.memory_mb // 4))
+    share = (limits.memory_mb - tmpfs) // limits.max_processes
+    return MemoryPlan(max(1, share), tmpfs)
+
+
 def init_argv(
     iso: Isolation,
     limits: Limits,
@@ -425,14 +492,18 @@ def init_argv(
     seccomp: str | None,
     network: bool = False,
     pass_fds: tuple[int, ...] = (),
+    counted: bool = False,
 ) -> list[str]:
-    """The command that builds the sandbox in ``workdir`` and runs ``program`` in it."""
+    """The command that builds the sandbox in ``workdir`` and runs ``program`` in it;
+    ``counted``: the run has a cgroup of its own (`memory_plan`)."""
+    plan = memory_plan(limits, counted or not iso.namespaces)
     cfg = {
         "kind": iso.kind,
         "userns": iso.kind == "userns",
         "uid": uid,
         "network": network,
-        "disk_mb": limits.disk_mb,
+        "disk_mb": plan.tmpfs_mb,
+        "address_space_mb": plan.address_space_mb,
         "limits": asdict(limits),
         "workdir": workdir,
         "prefix": iso.python_prefix,
@@ -487,6 +558,18 @@ def _pdeathsig() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _preexec(group: RunGroup | None) -> Any:
+    """The child's set-up before ``execve``: die with the service, join the run's cgroup."""
+    if group is None:
+        return _pdeathsig
+
+    def run() -> None:
+        _pdeathsig()
+        group.join()
+
+    return run
+
+
 class _ExitProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Signals the main process's exit at once (``Process.wait`` also waits for the pipes,
     which an escaped descendant could hold open)."""
@@ -517,7 +600,11 @@ async def _drain(stream: asyncio.StreamReader, cap: int, overflow: asyncio.Event
 class Sandbox:
     """Creates working directories and runs programs in them, one slot per worker."""
 
-    def __init__(self, iso: Isolation, workers: int, root: str | None = None) -> None:
+    def __init__(
+        self, iso: Isolation, workers: int, root: str | None = None, cgroup: bool = True
+    ) -> None:
+        """``cgroup``: bound each run's whole tree by a cgroup where this host allows one
+        (`runtime.executor.cgroups`); else by per-process shares (`memory_plan`)."""
         # Each slot has two throw-away uids: the program's and its judge's.
         if not 1 <= workers <= MAX_SLOTS // 2:
             raise ValueError(f"workers must be in 1..{MAX_SLOTS // 2}")
@@ -530,7 +617,20 @@ class Sandbox:
         self.runs = 0
         self.quarantined: list[int] = []
         self.uid_base = slot_uid_base(os.getpid())
-        self._seccomp = _seccomp_files(self.root, iso.allow_network) if iso.seccomp else None
+        self.cgroups: CgroupBase | None = None
+        if iso.namespaces:
+            note = "disabled"
+            if cgroup:
+                self.cgroups, note = cgroups.probe()
+            self.iso = iso = replace(
+                iso,
+                cgroup=self.cgroups.describe() if self.cgroups else "",
+                cgroup_note=note,
+            )
+        counted = self.cgroups is not None
+        self._seccomp = (
+            _seccomp_files(self.root, iso.allow_network, memfd=counted) if iso.seccomp else None
+        )
 
     def _queue(self) -> asyncio.Queue[int]:
         if self._slots is None:
@@ -541,6 +641,8 @@ class Sandbox:
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.cgroups is not None:
+            cgroups.remove_base(self.cgroups)
 
     async def run(
         self,
@@ -596,28 +698,51 @@ class Sandbox:
         judge_uid = uid + self.workers if uid is not None and judge is not None else None
         uids = [u for u in (uid, judge_uid) if u is not None]
         workdir = tempfile.mkdtemp(prefix=f"run{slot}-", dir=self.root)
+        groups: list[RunGroup] = []
         try:
             Path(workdir, "main.py").write_bytes(program.encode("utf-8", "replace"))
             if uid is not None:
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
             seccomp = self._seccomp.get(network) if self._seccomp else None
+            group = self._group(f"run-{slot}-{self.runs}", limits)
+            groups += [group] if group else []
             if judge is None:
-                outcome = await self._run_stdio(workdir, uid, limits, stdin, seccomp, network)
-            else:
-                outcome = await self._run_function(
-                    workdir, uid, judge_uid, limits, judge, seccomp, network
+                outcome = await self._run_stdio(
+                    workdir, uid, limits, stdin, seccomp, network, group
                 )
+            else:
+                judge_group = self._group(f"judge-{slot}-{self.runs}", _judge_limits(limits))
+                groups += [judge_group] if judge_group else []
+                outcome = await self._run_function(
+                    workdir, uid, judge_uid, limits, judge, seccomp, network, group, judge_group
+                )
+            if group is not None and outcome.status != "ok" and group.oom_killed():
+                detail = f"out of memory (limit {limits.memory_mb} MiB for the whole run)"
+                outcome = replace(outcome, status="memory", detail=detail)
         except BaseException:
             for u in uids:
                 await asyncio.to_thread(kill_uid, u)
+            for g in groups:
+                await asyncio.to_thread(g.remove)
             raise
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         clean = True
         for u in uids:
             clean = await asyncio.to_thread(kill_uid, u) and clean
+        for g in groups:
+            clean = await asyncio.to_thread(g.remove) and clean
         return outcome, clean
+
+    def _group(self, name: str, limits: Limits) -> RunGroup | None:
+        """The run's cgroup: memory for the whole tree, tasks for init, its parent and the
+        program's ``max_processes`` (None where the host has no usable cgroup)."""
+        if self.cgroups is None:
+            return None
+        return RunGroup.create(
+            self.cgroups, name, limits.memory_mb * 1024 * 1024, limits.max_processes + 2
+        )
 
     async def _start(
         self,
@@ -649,13 +774,15 @@ class Sandbox:
         stdin: str | None,
         seccomp: str | None,
         network: bool,
+        group: RunGroup | None = None,
     ) -> RunOutcome:
         program = [*program_prefix(self.iso), "main.py"]
-        argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network)
+        counted = group is not None
+        argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network, (), counted)
         start = time.monotonic()
         try:
             proc, protocol, transport = await self._start(
-                argv, sandbox_env(self.iso, workdir), stdin is not None, (), _pdeathsig
+                argv, sandbox_env(self.iso, workdir), stdin is not None, (), _preexec(group)
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return RunOutcome("error", None, "", "", 0.0, detail=f"sandbox start failed: {exc}")
@@ -681,6 +808,8 @@ class Sandbox:
         judge: JudgeSpec,
         seccomp: str | None,
         network: bool,
+        group: RunGroup | None = None,
+        judge_group: RunGroup | None = None,
     ) -> RunOutcome:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
@@ -701,10 +830,10 @@ class Sandbox:
             str(resp_w),
             judge.entry_point,
         ]
-        argv = init_argv(self.iso, limits, workdir, uid, program, seccomp, network, (req_r, resp_w))
-        judge_limits = replace(
-            limits, memory_mb=max(1024, limits.memory_mb), cpu_s=limits.wall_s + 1
+        argv = init_argv(
+            self.iso, limits, workdir, uid, program, seccomp, network, (req_r, resp_w), bool(group)
         )
+        judge_limits = _judge_limits(limits)
         judge_program = [
             *program_prefix(self.iso),
             "-c",
@@ -724,6 +853,7 @@ class Sandbox:
             judge_seccomp,
             False,
             (req_w, resp_r, status_w),
+            judge_group is not None,
         )
         start = time.monotonic()
         run: _Watched | None = None
@@ -731,7 +861,7 @@ class Sandbox:
         try:
             try:
                 proc, protocol, transport = await self._start(
-                    argv, sandbox_env(self.iso, workdir), False, (req_r, resp_w), _pdeathsig
+                    argv, sandbox_env(self.iso, workdir), False, (req_r, resp_w), _preexec(group)
                 )
                 run = _Watched(proc, protocol, transport, limits, None)
                 os.close(req_r)
@@ -742,7 +872,7 @@ class Sandbox:
                     sandbox_env(self.iso, judge_dir),
                     False,
                     (req_w, resp_r, status_w),
-                    _pdeathsig,
+                    _preexec(judge_group),
                 )
                 judge_run = _Watched(jproc, jprotocol, jtransport, limits, None, hard=False)
             except (OSError, subprocess.SubprocessError) as exc:
@@ -775,6 +905,11 @@ class Sandbox:
             run.overflow.is_set(),
             limits,
         )
+
+
+def _judge_limits(limits: Limits) -> Limits:
+    """The judge holds the tests' values: at least 1 GiB, and CPU for the whole wall time."""
+    return replace(limits, memory_mb=max(1024, limits.memory_mb), cpu_s=limits.wall_s + 1)
 
 
 class _Watched:
