@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -868,3 +869,74 @@ def test_unsandboxed_warning_names_exactly_what_gets_through():
     warning = batch.isolation["warning"]
     for kind, what in sb.UNSANDBOXED_GAPS.items():
         assert what in warning, kind
+
+
+# -- how each mode bounds memory ----------------------------------------------------------
+
+
+def test_each_mode_says_how_the_whole_run_is_bounded(batch: Batch):
+    """A run's memory is bounded by a cgroup, or by shares of the budget; /health says which,
+    and why there is no cgroup when there is none."""
+    iso = batch.isolation
+    assert iso["memory"].startswith("whole run bounded by"), iso
+    if iso["cgroup"]:
+        assert iso["memory"].endswith(iso["cgroup"])
+    else:
+        assert "per-process shares" in iso["memory"] and iso["cgroup_note"], iso
+
+
+def test_a_root_service_uses_a_cgroup_where_the_host_has_one(batch: Batch):
+    if batch.isolation["kind"] != "namespaces":
+        pytest.skip("the cgroup is created by a root service")
+    from runtime.executor import cgroups
+
+    base, why = cgroups.probe(f"rlc-executor-probe-{os.getpid()}")
+    if base is None:
+        pytest.skip(f"this host has no writable cgroup with memory and pids: {why}")
+    cgroups.remove_base(base)
+    assert batch.isolation["cgroup"] == base.describe()
+
+
+@pytest.mark.parametrize(
+    ("memory_mb", "disk_mb", "max_processes"),
+    [(128, 64, 16), (320, 16, 8), (1024, 64, 16), (64, 1024, 1), (8192, 1024, 256)],
+)
+def test_per_process_shares_add_up_to_the_budget(memory_mb, disk_mb, max_processes):
+    limits = sb.Limits(memory_mb=memory_mb, disk_mb=disk_mb, max_processes=max_processes)
+    plan = sb.memory_plan(limits, counted=False)
+    assert plan.tmpfs_mb <= disk_mb and plan.tmpfs_mb <= max(1, memory_mb // 4)
+    assert plan.address_space_mb * max_processes + plan.tmpfs_mb <= memory_mb
+    counted = sb.memory_plan(limits, counted=True)
+    assert counted == sb.MemoryPlan(memory_mb, disk_mb)
+
+
+def test_the_fallback_filter_denies_memfd_and_unix_sockets():
+    """Where no cgroup counts memfd pages, memfd_create is denied; AF_UNIX sockets never."""
+    code = (
+        "import ctypes, os, socket\n"
+        "for fn in (lambda: os.memfd_create('x'), lambda: socket.socket(socket.AF_UNIX),\n"
+        "           lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)):\n"
+        "    try:\n        fn()\n        print('allowed')\n"
+        "    except OSError:\n        print('denied')\n"
+        "socket.socketpair()\nprint('pair')\n"
+    )
+    out = {}
+    for memfd in (False, True):
+        bpf = sb.build_seccomp(False, memfd=memfd)
+        prog = (
+            "import ctypes, sys\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "class P(ctypes.Structure):\n"
+            "    _fields_ = [('len', ctypes.c_ushort), ('f', ctypes.c_void_p)]\n"
+            f"b = ctypes.create_string_buffer({bpf!r}, {len(bpf)})\n"
+            f"p = P({len(bpf) // 8}, ctypes.cast(b, ctypes.c_void_p))\n"
+            "assert libc.prctl(38, 1, 0, 0, 0) == 0\n"
+            "assert libc.prctl(22, 2, ctypes.byref(p), 0, 0) == 0\n" + code
+        )
+        res = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", prog], capture_output=True, text=True, timeout=60
+        )
+        assert res.returncode == 0, res.stderr
+        out[memfd] = res.stdout.split()
+    assert out[False] == ["denied", "denied", "denied", "pair"]
+    assert out[True] == ["allowed", "denied", "denied", "pair"]
