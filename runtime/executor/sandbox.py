@@ -15,7 +15,11 @@ allows, once, by running a real sandboxed program, and ``GET /health`` reports i
 * In both: Landlock (reads only in system directories, writes only in the working directory,
   no TCP, no signals or abstract sockets out of the domain) where the kernel has it, a
   seccomp filter compiled with libseccomp (no ptrace, mount, new namespaces, bpf, keyrings,
-  io_uring, ...; no sockets but AF_UNIX unless network is allowed), ``no_new_privs``.
+  io_uring, System V IPC memory, ...; no ``AF_UNIX`` socket ever, so no host socket is
+  reachable; no other socket unless network is allowed), ``no_new_privs``; and a cgroup per
+  run (`runtime.executor.cgroups`) bounding the memory and tasks of its whole process tree,
+  tmpfs and memfd pages included, where the host has one; else the budget is split into
+  per-process shares and memfd is denied (`memory_plan`).
 * ``none``: only rlimits. Used only when the service is started with an explicit opt-in
   (``--allow-unsandboxed``); it says so loudly at start-up, in ``/health`` and in every
   answer. Without the opt-in a host with no layer refuses to start the executor.
@@ -908,8 +912,15 @@ class Sandbox:
 
 
 def _judge_limits(limits: Limits) -> Limits:
-    """The judge holds the tests' values: at least 1 GiB, and CPU for the whole wall time."""
-    return replace(limits, memory_mb=max(1024, limits.memory_mb), cpu_s=limits.wall_s + 1)
+    """The judge holds the tests' values: at least 1 GiB, CPU for the whole wall time, and
+    few processes (test code needs none; where no cgroup bounds the judge, fewer processes
+    leave each a larger share of the budget)."""
+    return replace(
+        limits,
+        memory_mb=max(1024, limits.memory_mb),
+        cpu_s=limits.wall_s + 1,
+        max_processes=min(limits.max_processes, 4),
+    )
 
 
 class _Watched:
