@@ -85,7 +85,7 @@ def _write(path: str, text: str) -> None:
 def _sweep_stale(parent: str) -> None:
     """Remove groups left by executors that are gone (killed before they cleaned up)."""
     for entry in Path(parent).glob("rlc-executor-*"):
-        pid = entry.name.rsplit("-", 1)[-1]
+        pid = entry.name.split("-")[2]  # rlc-executor-PID or rlc-executor-PID-service
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             remove_base(CgroupBase(0, (str(entry),)))
 

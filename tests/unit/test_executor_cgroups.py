@@ -75,3 +75,33 @@ def test_a_group_bounds_the_tasks_of_the_whole_tree(base):
         assert not group.oom_killed()
     finally:
         assert group.remove()  # the sleeping children are killed with the group
+
+
+V2_MOUNTINFO = "35 24 0:30 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+HYBRID_MOUNTINFO = (
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("mountinfo", "proc_cgroup", "expected"),
+    [
+        # a systemd host: everything on cgroup v2
+        (V2_MOUNTINFO, "0::/system.slice/rlc.service\n", {"": "system.slice/rlc.service"}),
+        # a hybrid host (v1 memory and pids, v2 with no controllers)
+        (
+            HYBRID_MOUNTINFO,
+            "8:pids:/\n4:memory:/jobs/a\n0::/\n",
+            {"memory": "memory/jobs/a", "pids": "pids", "": "unified"},
+        ),
+    ],
+)
+def test_the_service_finds_its_own_groups(tmp_path, mountinfo, proc_cgroup, expected):
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    (tmp_path / "cgroup").write_text(proc_cgroup)
+    mounts = cgroups._mounts(str(tmp_path / "mountinfo"))
+    own = cgroups._own_cgroups(str(tmp_path / "cgroup"))
+    for key, rel in expected.items():
+        assert cgroups._dir(mounts, own, key) == os.path.normpath(f"/sys/fs/cgroup/{rel}")
