@@ -77,7 +77,14 @@ CHUNK = 4 << 20
 """
 
 HOLD_CHILDREN = """
-def hold_in_children(n, seconds=1.5):
+def anonymous_chunk():
+    return b'\\x01' * CHUNK
+def memfd_chunk():
+    fd = os.memfd_create('x')  # one per chunk: RLIMIT_FSIZE bounds each file
+    os.write(fd, b'\\x01' * CHUNK)
+    return fd
+def hold_in_children(n, grab=anonymous_chunk, seconds=1.5):
+    # MiB that n children hold at once (stopped, so none is still being killed)
     r, w = os.pipe()
     kids = []
     for _ in range(n):
@@ -90,7 +97,7 @@ def hold_in_children(n, seconds=1.5):
             held = []
             try:
                 while True:
-                    held.append(b'\\x01' * CHUNK)
+                    held.append(grab())
                     os.write(w, f'{os.getpid()} {4 * len(held)}\\n'.encode())
             except (MemoryError, OSError):
                 pass
@@ -99,6 +106,9 @@ def hold_in_children(n, seconds=1.5):
         kids.append(pid)
     os.close(w)
     time.sleep(seconds)
+    for p in kids:
+        os.kill(p, signal.SIGSTOP)
+    time.sleep(0.5)
     os.set_blocking(r, False)
     data = b''
     with __import__('contextlib').suppress(BlockingIOError):
@@ -333,21 +343,7 @@ def programs(ctx: dict[str, object]) -> list[Hostile]:
         Hostile(
             "memory-memfd-in-children",
             "memory",
-            "r, w = os.pipe()\nkids = []\nfor _ in range(6):\n    try:\n        pid = os.fork()\n"
-            "    except OSError:\n        break\n    if pid == 0:\n        mb = 0\n        try:\n"
-            "            fd = os.memfd_create('x')\n            while True:\n"
-            "                os.write(fd, b'\\x01' * CHUNK); mb += 4\n"
-            "                os.write(w, f'{os.getpid()} {mb}\\n'.encode())\n"
-            "        except OSError:\n            pass\n        time.sleep(30)\n"
-            "        os._exit(0)\n    kids.append(pid)\n"
-            "os.close(w)\ntime.sleep(1.5)\nos.set_blocking(r, False)\ndata = b''\n"
-            "try:\n    while chunk := os.read(r, 1 << 16):\n        data += chunk\n"
-            "except BlockingIOError:\n    pass\nlast = {}\n"
-            "for line in data.decode().splitlines():\n"
-            "    pid, mb = line.split()\n    last[int(pid)] = int(mb)\n"
-            "alive = [p for p in kids if os.waitpid(p, os.WNOHANG) == (0, 0)]\n"
-            "print('HELD', sum(last.get(p, 0) for p in alive))\n"
-            "for p in kids: os.kill(p, 9)\n",
+            HOLD_CHILDREN + "print('HELD', hold_in_children(6, memfd_chunk))\n",
             ANY - {"timeout"},
         ),
         Hostile(
@@ -757,11 +753,30 @@ def _run_batch(mode: str, run_dir: Path, else_dir: Path) -> Batch:
 SANDBOXED = ["namespaces", "userns", "unprivileged"]
 
 
+def _unshare_works(flags: int, as_nobody: bool = False) -> bool:
+    """Whether the kernel lets a (root or uid 65534) process create these namespaces."""
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"os._exit(0 if libc.unshare({flags}) == 0 else 1)\n"
+    )
+    wrapper = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    python = SYSTEM_PYTHON if as_nobody else sys.executable
+    argv = [*(wrapper if as_nobody else []), python, "-I", "-S", "-c", code]
+    return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+
+
 def _skip_reason(mode: str) -> str:
+    """Why this host cannot show ``mode`` (an absent primitive), or ''."""
     if mode in ("namespaces", "unprivileged", "none") and not ROOT:
         return f"{mode}: needs root (CAP_SYS_ADMIN, or setpriv to another uid)"
     if mode in ("unprivileged", "none") and not (HAS_SETPRIV and os.access(SYSTEM_PYTHON, os.X_OK)):
         return f"{mode}: needs setpriv and {SYSTEM_PYTHON}"
+    if mode == "namespaces" and not _unshare_works(0x20000000 | 0x40000000 | 0x00020000):
+        return "namespaces: unshare of mount, PID and network namespaces is refused here"
+    if mode in ("userns", "unprivileged") and not _unshare_works(
+        0x10000000, as_nobody=mode == "unprivileged"
+    ):
+        return f"{mode}: user namespaces are disabled on this host"
     return ""
 
 
