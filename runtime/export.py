@@ -19,7 +19,7 @@ class ExportError(ValueError):
 
 def checkpoint_model_dir(run_dir: Path, step: int | None) -> tuple[int, Path]:
     """``(step, <checkpoint>/model)`` of the newest (or the given) complete checkpoint."""
-    from runtime.checkpoints.manager import list_complete
+    from runtime.checkpoints.layout import list_complete
 
     root = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
     found = list_complete(root)
@@ -63,14 +63,19 @@ def _load_sharded(run_dir: Path, ckpt: Path) -> Any:
     return loaded
 
 
+def check_export(run_dir: Path, out: Path, step: int | None = None) -> tuple[int, Path]:
+    """The arguments' errors, found without torch: ``(step, <checkpoint>/model)``."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{out} exists and is not an empty directory; choose a new --out")
+    return checkpoint_model_dir(run_dir, step)
+
+
 def export_run(run_dir: Path, out: Path, step: int | None = None) -> tuple[int, Path]:
     """Write the HF export; returns ``(step, out)``."""
+    step_found, model_dir = check_export(run_dir, out, step)
     from runtime.models import ModelLoadError, export_hf, load_model
     from runtime.models.hf import UnsupportedHFModel
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f"{out} exists and is not an empty directory; choose a new --out")
-    step_found, model_dir = checkpoint_model_dir(run_dir, step)
     try:
         if model_dir.is_dir():
             loaded = load_model(str(model_dir))

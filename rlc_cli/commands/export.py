@@ -23,9 +23,12 @@ from rlc_cli.commands._common import guarded
 def command(run_dir: Path, out: Path, step: int | None) -> None:
     """Export a run's newest (or --step N) complete checkpoint as an HF checkpoint."""
     from compiler.diagnostics import Diagnostic, DiagnosticError
-    from runtime.export import ExportError, export_run
+    from rlc_cli.extras import require_extra
+    from runtime.export import ExportError, check_export, export_run
 
     try:
+        check_export(run_dir, out, step)  # argument errors before torch is imported
+        require_extra("runtime", "export")
         found, path = export_run(run_dir, out, step)
     except ExportError as exc:
         raise DiagnosticError(Diagnostic("error", "export-failed", str(exc))) from exc

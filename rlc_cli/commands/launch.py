@@ -3,11 +3,12 @@ training; one receipt per submission. ``--dry-run`` prints both specs in submiss
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from rlc_cli.commands._common import guarded
+from rlc_cli.commands._common import EXIT_USER, guarded
 
 
 @click.command("launch")
@@ -18,9 +19,18 @@ from rlc_cli.commands._common import guarded
     help="Render and print the specs (preparation, then training); submit nothing.",
 )
 @click.option("--receipts-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--allow-dirty",
+    is_flag=True,
+    help="Submit from a checkout with uncommitted or unpushed changes.",
+)
 @guarded
-def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
-    """Submit a compiled manifest to Beaker (its lint must be clean): preparation first."""
+def command(manifest: Path, dry_run: bool, receipts_dir: Path | None, allow_dirty: bool) -> None:
+    """Submit a compiled manifest to Beaker (its lint must be clean): preparation first.
+
+    The working directory's git checkout must be committed and pushed (its revision goes
+    into the receipt) unless --allow-dirty.
+    """
     import yaml
 
     from compiler.diagnostics import DiagnosticError
@@ -35,6 +45,19 @@ def command(manifest: Path, dry_run: bool, receipts_dir: Path | None) -> None:
     from compiler.manifest.trust import load_trusted
 
     data = load_trusted(manifest)  # also re-derived: a hand-edited command is never submitted
+    if not dry_run:
+        from rlc_cli.extras import require_extra
+        from rlc_cli.launch.checkout import checkout_problem
+
+        require_extra("launch", "launch")
+        problem = None if allow_dirty else checkout_problem(Path.cwd())
+        if problem:
+            click.echo(
+                f"rlc: error: {problem}; the receipt's git revision would not say what was "
+                "launched: commit and push, or pass --allow-dirty",
+                err=True,
+            )
+            sys.exit(EXIT_USER)
     directory = receipts_dir or default_dir()
     written: list[Path] = []
     submitted = launch_all(

@@ -117,6 +117,9 @@ def command(
     if not path.exists():
         click.echo(f"rlc: error: {target}: no such file", err=True)
         sys.exit(EXIT_USER)
+    from rlc_cli.extras import require_extra
+
+    require_extra("runtime", "run")
     if path.suffix == ".json":
         if overrides:
             click.echo("rlc: error: --set applies to specs; a manifest is immutable", err=True)

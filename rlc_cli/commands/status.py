@@ -31,6 +31,10 @@ def command(name: str | None, receipts_dir: Path | None, no_remote: bool) -> Non
         what = f"for {name!r} " if name else ""
         click.echo(f"rlc: no launch receipts {what}in {directory}", err=True)
         sys.exit(EXIT_USER if name else 0)
+    if not no_remote and any(r.experiment_id and not r.dry_run for r in receipts):
+        from rlc_cli.extras import require_extra
+
+        require_extra("launch", "status")  # --no-remote lists the receipts without it
     table = Table(title=f"launches ({directory})")
     for col in ("name", "launch", "when (UTC)", "manifest", "experiment", "state"):
         table.add_column(col)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -31,20 +30,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-COMPLETE = "COMPLETE"
+from runtime.checkpoints.layout import (  # noqa: F401 - re-exported
+    COMPLETE,
+    latest_complete,
+    list_complete,
+    step_dir_name,
+)
+
 META = "meta.json"
 TRAINER_STATE = "trainer.pt"
 SHARDED = "dist"
 FORMAT_VERSION = 1
-_STEP_RE = re.compile(r"^step-(\d{6,})$")
 
 
 class CheckpointMismatch(RuntimeError):
     """The checkpoint was written by a different topology or a different spec."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:06d}"
 
 
 def _rank() -> int:
@@ -84,25 +84,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def list_complete(root: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints under ``root`` as ``(step, path)``, oldest first."""
-    r = Path(root)
-    if not r.is_dir():
-        return []
-    out = []
-    for p in r.iterdir():
-        m = _STEP_RE.match(p.name)
-        if m and p.is_dir() and (p / COMPLETE).is_file():
-            out.append((int(m.group(1)), p))
-    return sorted(out)
-
-
-def latest_complete(root: str | Path) -> Path | None:
-    """The newest complete checkpoint directory, or None."""
-    found = list_complete(root)
-    return found[-1][1] if found else None
 
 
 @dataclass

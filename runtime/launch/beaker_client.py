@@ -17,7 +17,9 @@ def beaker_client() -> Any:
                 "error",
                 "launch-no-beaker",
                 "beaker-py is not installed, so rlc cannot submit to Beaker",
-                help=("pip install 'beaker-py>=2.6,<3' (or use `rlc launch --dry-run`)",),
+                help=(
+                    "pip install -e '.[launch]' in the rlc checkout (or `rlc launch --dry-run`)",
+                ),
             )
         ) from exc
     try:

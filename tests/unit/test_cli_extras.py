@@ -1,0 +1,154 @@
+"""Extras and light commands: a command whose extra is missing says which `pip install` to
+run (one line, exit 2); the commands that only read specs, manifests or receipts never
+import torch; `rlc launch` refuses an uncommitted or unpushed checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "specs" / "examples" / "quickstart.toml"
+
+# Runs `rlc ARGV...` in a fresh interpreter with some modules made unimportable (as on an
+# install without the extra), then reports whether torch was imported.
+_DRIVER = """
+import json, sys
+for name in json.loads(sys.argv[1]):
+    sys.modules[name] = None  # `import name` now raises ModuleNotFoundError
+from rlc_cli.main import cli
+code = 0
+try:
+    cli(args=json.loads(sys.argv[2]), prog_name="rlc")
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+print("TORCH_IMPORTED=%s" % ("torch" in sys.modules and sys.modules["torch"] is not None),
+      file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def rlc(
+    argv: list[str], *, block: tuple[str, ...] = (), cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("BEAKER_TOKEN", None)
+    return subprocess.run(
+        [sys.executable, "-c", _DRIVER, json.dumps(list(block)), json.dumps(argv)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("TORCH_")]
+
+
+def test_run_without_the_runtime_extra_is_one_line_exit_2() -> None:
+    res = rlc(["run", str(QUICKSTART), "--no-progress"], block=("torch",))
+    assert res.returncode == 2, res.stderr
+    lines = _lines(res.stderr)
+    assert len(lines) == 1, res.stderr
+    assert "runtime extra" in lines[0] and "pip install -e '.[runtime]'" in lines[0]
+    assert "Traceback" not in res.stderr
+
+
+def test_export_without_the_runtime_extra_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints" / "step-000001" / "model").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step-000001" / "COMPLETE").write_text("")
+    res = rlc(["export", str(tmp_path), "--out", str(tmp_path / "hf")], block=("torch",))
+    assert res.returncode == 2, res.stderr
+    assert _lines(res.stderr) == [
+        "rlc: error: `rlc export` needs the runtime extra (torch not installed): "
+        "pip install -e '.[runtime]' (in the rlc checkout)"
+    ]
+
+
+def test_launch_without_beaker_is_one_line_exit_2(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    assert rlc(["compile", str(QUICKSTART), "-o", str(build)]).returncode == 0
+    manifest = next(build.glob("*/manifest.json"))
+    res = rlc(["launch", str(manifest)], block=("beaker",))
+    assert res.returncode == 2, res.stderr
+    lines = _lines(res.stderr)
+    assert len(lines) == 1 and "pip install -e '.[launch]'" in lines[0], res.stderr
+    # a dry run needs no beaker-py
+    assert (
+        rlc(
+            ["launch", str(manifest), "--dry-run", "--receipts-dir", str(tmp_path / "r")],
+            block=("beaker",),
+        ).returncode
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", str(QUICKSTART)],
+        ["plan", str(QUICKSTART)],
+        ["compile", str(QUICKSTART), "-o", "{tmp}/build"],
+        ["explain", "trainer.expert_parallel"],
+        ["explain", "trainer.expert_parallel", "--format", "json"],
+        ["lint", "{tmp}/none"],
+        ["status", "--receipts-dir", "{tmp}/receipts"],
+        ["schema"],
+        ["export", "{tmp}", "--out", "{tmp}/hf"],  # no checkpoint: refused before torch
+    ],
+    ids=lambda a: " ".join(a[:1]),
+)
+def test_light_commands_do_not_import_torch(argv: list[str], tmp_path: Path) -> None:
+    res = rlc([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert "TORCH_IMPORTED=False" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_launch_refuses_a_dirty_or_unpushed_checkout(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    assert rlc(["compile", str(QUICKSTART), "-o", str(build)]).returncode == 0
+    manifest = str(next(build.glob("*/manifest.json")))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@e",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+    )
+    (repo / "a.txt").write_text("1")
+    _git(repo, "add", "a.txt")
+    receipts = ["--receipts-dir", str(tmp_path / "r")]
+
+    dirty = rlc(["launch", manifest, *receipts], cwd=repo)
+    assert dirty.returncode == 2
+    assert "uncommitted changes (a.txt)" in dirty.stderr and "--allow-dirty" in dirty.stderr
+
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "y")
+    unpushed = rlc(["launch", manifest, *receipts], cwd=repo)
+    assert unpushed.returncode == 2
+    assert "on no remote branch" in unpushed.stderr
+
+    # allowed: it gets as far as Beaker's credentials (none here), still a user error
+    allowed = rlc(["launch", manifest, "--allow-dirty", *receipts], cwd=repo)
+    assert allowed.returncode == 2
+    assert "remote branch" not in allowed.stderr and "Beaker" in allowed.stderr
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
