@@ -304,6 +304,12 @@ class _Resolver:
             if after != before:
                 self.put(path, after)
                 self.note(path, rel)
+        template = self.value("model.chat_template")
+        if isinstance(template, str) and template.endswith(".jinja"):  # a file, not a name
+            after = _join(self.spec_dir, template)
+            if after != template:
+                self.put("model.chat_template", after)
+                self.note("model.chat_template", rel)
         for task in c["data"]["tasks"] or []:
             task["path"] = _join(self.spec_dir, task["path"])
         for ev in c["data"]["eval"]:
@@ -332,7 +338,9 @@ class _Resolver:
         self.source_info = (
             self.given_source_info
             if self.given_source_info is not None
-            else model_source.inspect(m["source"], m["format"], m["hf_template"], written)
+            else model_source.inspect(
+                m["source"], m["format"], m["hf_template"], written, m["chat_template"]
+            )
         )
         if builtin:
             arch, formula = info.get("architecture", "dense"), "the builtin model's architecture"

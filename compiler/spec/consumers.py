@@ -46,6 +46,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "beaker:compiler.emit.beaker:_needs_preparation",
     ),
     "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER, _ENGINE_ARGV),
+    "model.chat_template": (_TRAINER,),
     "model.architecture": (_TRAINER, _ENGINE_ARGV),
     "model.dtype": (
         _ENGINE_ARGV,

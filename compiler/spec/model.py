@@ -30,6 +30,17 @@ class ModelSection(Section):
         description="HF config/tokenizer template directory; required for olmo_core checkpoints "
         "(used for HF export and serving)",
     )
+    chat_template: str | None = fld(
+        None,
+        description="the chat template prompts are rendered with: the name of one of the "
+        "checkpoint's templates (additional_chat_templates/NAME.jinja, or a named entry of "
+        "tokenizer_config.json), or a path to a .jinja file",
+        note="by default the checkpoint's own template, found where transformers looks "
+        "(chat_template.jinja, then tokenizer_config.json); an HF checkpoint without one is "
+        "an error at model.source. Rendered by transformers' own renderer, as "
+        "apply_chat_template does. A .jinja path resolves against the spec file's directory",
+        min_length=1,
+    )
     architecture: Architecture | None = fld(
         None,
         description="model family; checked against the checkpoint at run time",

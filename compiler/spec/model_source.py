@@ -169,13 +169,44 @@ def _olmo_core_family(model: dict[str, Any]) -> tuple[str, str, str]:
     return "dense", "", ""
 
 
-def _tokenizer_problem(path: str, what: str) -> str:
+def _has_chat_template(path: str) -> bool:
+    """Whether transformers would find a chat template here: ``chat_template.jinja``,
+    ``additional_chat_templates/*.jinja`` or ``tokenizer_config.json``'s entry (the runtime
+    reads them in that order, ``runtime.models.tokenizer.read_chat_templates``)."""
+    names = ("chat_template.jinja", "additional_chat_templates", "tokenizer_config.json")
+    _note(*(os.path.join(path, n) for n in names))
+    if os.path.isfile(os.path.join(path, "chat_template.jinja")):
+        return True
+    extra = os.path.join(path, "additional_chat_templates")
+    if os.path.isdir(extra) and any(n.endswith(".jinja") for n in os.listdir(extra)):
+        return True
+    cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
+    return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
+
+
+def _tokenizer_problem(path: str, what: str, named: str | None = None) -> str:
     if not os.path.isfile(os.path.join(path, "tokenizer.json")):
         return f"no tokenizer.json in {what} (the tokenizer travels with the model)"
+    if named and named.endswith(".jinja"):
+        _note(named)
+        return "" if os.path.isfile(named) else f"model.chat_template {named} does not exist"
+    if not named and not _has_chat_template(path):
+        return (
+            f"no chat template in {what} (chat_template.jinja, additional_chat_templates/ or "
+            "tokenizer_config.json's chat_template): prompts would be formatted in a layout "
+            "the model was not trained on; add the model's template as chat_template.jinja "
+            "or name one in model.chat_template"
+        )
     return ""
 
 
-def inspect(source: str, fmt: str | None, hf_template: str | None, written: str = "") -> SourceInfo:
+def inspect(
+    source: str,
+    fmt: str | None,
+    hf_template: str | None,
+    written: str = "",
+    chat_template: str | None = None,
+) -> SourceInfo:
     """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass,
     except a missing one ``written`` in the spec as a Hub id (``owner/name``)."""
     _TOUCHED.clear()
@@ -217,7 +248,7 @@ def inspect(source: str, fmt: str | None, hf_template: str | None, written: str 
         family, export, problem = _olmo_core_family(model)
         template = ""
         if hf_template and os.path.isdir(hf_template):
-            template = _tokenizer_problem(hf_template, "model.hf_template")
+            template = _tokenizer_problem(hf_template, "model.hf_template", chat_template)
         elif hf_template and os.path.exists(hf_template):
             template = "model.hf_template is not a directory"
         return SourceInfo(problem, family, export, template)
@@ -225,7 +256,7 @@ def inspect(source: str, fmt: str | None, hf_template: str | None, written: str 
     if not problem and not _has_weights(source):
         problem = "no *.safetensors weights (only safetensors checkpoints are read)"
     if not problem:
-        problem = _tokenizer_problem(source, "the checkpoint directory")
+        problem = _tokenizer_problem(source, "the checkpoint directory", chat_template)
     if problem:
         return SourceInfo(problem=problem)
     family = HF_FAMILIES.get(str(cfg.get("model_type")), "")

@@ -153,8 +153,102 @@ DEFAULT_CHAT_TEMPLATE_JINJA = (
 )
 
 
+# Where a checkpoint keeps its chat templates, in the order transformers reads them: files
+# in the directory take priority over the entries of tokenizer_config.json.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+# The named special tokens transformers passes to every template (``special_tokens_map``).
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+class ChatTemplateError(ValueError):
+    """A checkpoint has no usable chat template, or the named one does not exist."""
+
+
+def read_chat_templates(root: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
+    """``{name: template}`` as transformers' ``from_pretrained`` loads them: ``chat_template.jinja``
+    ("default") and ``additional_chat_templates/NAME.jinja``; only when neither exists, the
+    ``chat_template`` entry of ``tokenizer_config.json`` (a string, or a list of named ones)."""
+    templates: dict[str, str] = {}
+    if (root / CHAT_TEMPLATE_FILE).is_file():
+        templates["default"] = (root / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    if (root / CHAT_TEMPLATE_DIR).is_dir():
+        for path in sorted((root / CHAT_TEMPLATE_DIR).glob("*.jinja")):
+            templates[path.name.removesuffix(".jinja")] = path.read_text(encoding="utf-8")
+    if templates:
+        return templates
+    entry = (config or {}).get("chat_template")
+    if isinstance(entry, str):
+        return {"default": entry}
+    if isinstance(entry, list):
+        return {str(t["name"]): str(t["template"]) for t in entry if isinstance(t, dict)}
+    return {}
+
+
+def select_chat_template(templates: dict[str, str], choice: str | None, where: str) -> str:
+    """The template to render with: ``choice`` (a template name, or a path to a ``.jinja``
+    file), else the default one; a checkpoint without any is an error, never a fallback."""
+    if choice:
+        if choice in templates:
+            return templates[choice]
+        path = Path(choice)
+        if path.suffix == ".jinja" and path.is_file():
+            return path.read_text(encoding="utf-8")
+        have = ", ".join(sorted(templates)) or "none"
+        raise ChatTemplateError(
+            f"chat template {choice!r} is neither a .jinja file nor one of {where}'s "
+            f"templates ({have})"
+        )
+    if "default" in templates:
+        return templates["default"]
+    if templates:
+        raise ChatTemplateError(
+            f"{where} has several chat templates and no default ({', '.join(sorted(templates))})"
+        )
+    raise ChatTemplateError(
+        f"{where} has no chat template ({CHAT_TEMPLATE_FILE}, {CHAT_TEMPLATE_DIR}/ or "
+        "tokenizer_config.json's chat_template): prompts would be formatted in a layout the "
+        "model was not trained on"
+    )
+
+
+def render_chat_template(
+    template: str,
+    messages: Sequence[dict[str, str]],
+    *,
+    add_generation_prompt: bool,
+    special_tokens: dict[str, str],
+) -> str:
+    """Render exactly as transformers' ``apply_chat_template(..., tokenize=False)`` does: its
+    own renderer (sandboxed jinja, ``raise_exception``, ``strftime_now``, its ``tojson``),
+    with the tokenizer's named special tokens."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(
+        conversations=[[dict(m) for m in messages]],
+        chat_template=template,
+        add_generation_prompt=add_generation_prompt,
+        **special_tokens,
+    )
+    return str(rendered[0])
+
+
 class Tokenizer:
-    """Thin, typed wrapper over a ``tokenizers.Tokenizer`` with eos/pad ids and chat template."""
+    """Thin, typed wrapper over a ``tokenizers.Tokenizer`` with eos/pad ids and chat template.
+
+    ``chat_template=None`` is the builtin models' own layout (rendered natively, equal to
+    ``DEFAULT_CHAT_TEMPLATE_JINJA`` under transformers); every other template is rendered by
+    transformers. ``template_error`` is raised at the first render of a checkpoint that has
+    no template.
+    """
 
     def __init__(
         self,
@@ -163,11 +257,19 @@ class Tokenizer:
         eos_token: str,
         pad_token: str | None,
         chat_template: str | None,
+        special_tokens: dict[str, str] | None = None,
+        template_error: str | None = None,
+        chat_templates: dict[str, str] | None = None,
+        source: str = "the tokenizer",
     ) -> None:
         self.backend = backend
+        self.chat_templates = dict(chat_templates or {})
+        self.source = source
         self.eos_token = eos_token
         self.pad_token = pad_token if pad_token is not None else eos_token
         self.chat_template = chat_template
+        self.template_error = template_error
+        self.special_tokens = dict(special_tokens or {"eos_token": eos_token})
         eos = backend.token_to_id(eos_token)
         if eos is None:
             raise ValueError(f"eos token {eos_token!r} is not in the tokenizer vocabulary")
@@ -188,20 +290,24 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
 
+    def use_chat_template(self, choice: str) -> None:
+        """Render with ``choice`` (``model.chat_template``: one of the checkpoint's template
+        names, or a ``.jinja`` file) instead of the default template."""
+        self.chat_template = select_chat_template(self.chat_templates, choice, self.source)
+        self.template_error = None
+
     def apply_chat_template(
         self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
     ) -> str:
+        if self.template_error is not None:
+            raise ChatTemplateError(self.template_error)
         if self.chat_template is None:
             return _render_default_chat(messages, add_generation_prompt)
-        import jinja2
-
-        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-        template = env.from_string(self.chat_template)
-        return template.render(
-            messages=list(messages),
+        return render_chat_template(
+            self.chat_template,
+            messages,
             add_generation_prompt=add_generation_prompt,
-            eos_token=self.eos_token,
-            bos_token="",
+            special_tokens=self.special_tokens,
         )
 
     def save(self, out_dir: str | Path) -> None:
@@ -224,20 +330,25 @@ class Tokenizer:
             "tokenizer_class": "PreTrainedTokenizerFast",
             "eos_token": self.eos_token,
             "pad_token": self.pad_token,
-            "bos_token": None,
+            "bos_token": self.special_tokens.get("bos_token"),
             "unk_token": UNK if self.backend.token_to_id(UNK) is not None else None,
             "model_max_length": 1_000_000,
             "clean_up_tokenization_spaces": False,
             "added_tokens_decoder": added,
-            "chat_template": self.chat_template or DEFAULT_CHAT_TEMPLATE_JINJA,
         }
+        # the template where transformers writes it now (and reads it first)
+        (out / CHAT_TEMPLATE_FILE).write_text(
+            self.chat_template or DEFAULT_CHAT_TEMPLATE_JINJA, encoding="utf-8"
+        )
         (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
         special_map = {"eos_token": self.eos_token, "pad_token": self.pad_token}
         (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> Tokenizer:
-        """Load ``tokenizer.json`` (+ optional ``tokenizer_config.json``) from a directory."""
+    def from_dir(cls, path: str | Path, *, chat_template: str | None = None) -> Tokenizer:
+        """Load ``tokenizer.json`` with the special tokens and chat templates beside it, as
+        transformers would (``chat_template``: a template name or ``.jinja`` path to use
+        instead of the default one)."""
         root = Path(path)
         tok_file = root / "tokenizer.json"
         if not tok_file.is_file():
@@ -246,14 +357,32 @@ class Tokenizer:
         cfg: dict[str, Any] = {}
         if (root / "tokenizer_config.json").is_file():
             cfg = json.loads((root / "tokenizer_config.json").read_text())
+        if (root / "special_tokens_map.json").is_file():  # legacy: config entries win
+            legacy = json.loads((root / "special_tokens_map.json").read_text())
+            cfg = {**{k: v for k, v in legacy.items() if k in SPECIAL_TOKEN_NAMES}, **cfg}
         eos = _token_str(cfg.get("eos_token")) or _guess_eos(backend)
         pad = _token_str(cfg.get("pad_token"))
-        template = cfg.get("chat_template")
-        if isinstance(template, list):  # named templates: take "default"
-            template = next((t["template"] for t in template if t.get("name") == "default"), None)
-        if template == DEFAULT_CHAT_TEMPLATE_JINJA:
-            template = None  # our own template: render natively (no jinja dependency)
-        return cls(backend, eos_token=eos, pad_token=pad, chat_template=template)
+        special = {k: v for k in SPECIAL_TOKEN_NAMES if (v := _token_str(cfg.get(k)))}
+        special.setdefault("eos_token", eos)
+        templates = read_chat_templates(root, cfg)
+        template: str | None = None
+        error: str | None = None
+        try:
+            template = select_chat_template(templates, chat_template, str(root))
+        except ChatTemplateError as exc:
+            error = str(exc)
+        if template == DEFAULT_CHAT_TEMPLATE_JINJA and eos == ENDOFTEXT:
+            template = None  # the builtin layout: rendered natively
+        return cls(
+            backend,
+            eos_token=eos,
+            pad_token=pad,
+            chat_template=template,
+            special_tokens=special,
+            template_error=error,
+            chat_templates=templates,
+            source=str(root),
+        )
 
 
 def _token_str(value: Any) -> str | None:

@@ -98,6 +98,7 @@ class TrainerConfig:
     expert_parallel: int = 1
     architecture: str | None = None
     hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint (model.hf_template)
+    chat_template: str | None = None  # model.chat_template: a template name or .jinja file
     fp32_lm_head: bool = False  # LM head (and logits) in float32 under bf16 autocast
     row_specialization: str = "dynamic"  # "dynamic": rows sized to their samples; "static"
     world_size: int = 1  # the compiled trainer world; the process group must match it
@@ -155,6 +156,7 @@ class TrainerConfig:
             architecture=model.get("architecture"),
             fp32_lm_head=bool(trainer.get("fp32_lm_head", False)),
             hf_template=model.get("hf_template"),
+            chat_template=model.get("chat_template"),
             row_specialization=str(trainer.get("row_specialization") or "dynamic"),
             world_size=trainer_world_size(manifest),
             nodes=int(trainer.get("nodes", 1) or 1),
@@ -304,6 +306,8 @@ class Trainer:
             architecture=cfg.architecture,
             hf_template=cfg.hf_template,
         )
+        if cfg.chat_template:  # the spec names the template prompts are rendered with
+            self.loaded.tokenizer.use_chat_template(cfg.chat_template)
         self.model = self.loaded.model
         if cfg.row_specialization not in ("dynamic", "static"):
             raise ValueError(

@@ -51,6 +51,7 @@ def _hf_dir(path: Path, model_type: str = "olmoe", **cfg: object) -> Path:
     (path / "config.json").write_text(json.dumps({"model_type": model_type, **cfg}))
     (path / "model.safetensors").write_bytes(b"")
     (path / "tokenizer.json").write_text("{}")
+    (path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     return path
 
 
@@ -278,3 +279,24 @@ def test_runtime_refuses_an_unloadable_source_before_engines_start(
     want = {"missing": "neither builtin", "no-weights": "safetensors"}[case]
     assert want in lines[0]
     assert not (tmp_path / "run" / "logs").exists()  # no engine (or any role) was started
+
+
+def test_hf_source_without_a_chat_template_fails_at_model_source(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "olmo2", "olmo2")
+    (src / "chat_template.jinja").unlink()
+    r, spec = _compile(tmp_path, str(src))
+    assert not r.ok
+    [err] = [d for d in r.errors if "no chat template" in d.message]
+    assert err.span is not None and err.span.line == 5  # the model.source line
+    # a template in tokenizer_config.json (older transformers) is found
+    (src / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ 1 }}"}))
+    r, _ = _compile(tmp_path, str(src))
+    assert r.ok, _codes(r)
+    # or the spec names one: a .jinja file relative to the spec
+    (src / "tokenizer_config.json").unlink()
+    (tmp_path / "mine.jinja").write_text("{{ 1 }}")
+    r, _ = _compile(tmp_path, str(src), extra='chat_template = "mine.jinja"')
+    assert r.ok, _codes(r)
+    assert r.manifest()["config"]["model"]["chat_template"] == str(tmp_path / "mine.jinja")
+    r, _ = _compile(tmp_path, str(src), extra='chat_template = "absent.jinja"')
+    assert any("absent.jinja does not exist" in d.message for d in r.errors)
