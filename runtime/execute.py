@@ -106,6 +106,7 @@ class NodeRunner:
         *,
         resume: str = "auto",
         progress: bool = False,
+        progress_every: int = 0,
     ) -> None:
         from runtime.rollout.loop import StopFlag
         from runtime.supervisor import Supervisor
@@ -115,6 +116,7 @@ class NodeRunner:
         self.ident = ident
         self.resume = resume
         self.progress = progress
+        self.progress_every = progress_every  # plain lines when stderr is not a terminal
         self.stop = StopFlag()
         from runtime.compiler_cache import CacheSession, CompilerCache
 
@@ -480,7 +482,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="manifest",
         help="resume from the newest complete checkpoint (default: the manifest's setting)",
     )
-    ap.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress bar (nor, without a terminal, the plain progress lines)",
+    )
     return ap.parse_args(argv)
 
 
@@ -538,8 +544,21 @@ def _manifest_of(root: Path, digest: str) -> dict[str, Any] | None:
     return None
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the manifest; Ctrl-C in any phase ends with exit 130 and one line, no traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("rlc: interrupted during start-up; nothing was trained", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    print("rlc: checking the manifest and loading the runtime", file=sys.stderr, flush=True)
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, from_manifest
     from runtime.models.loader import ModelLoadError, check_source
@@ -566,7 +585,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlc: error: {problem}", file=sys.stderr)
         return EXIT_USER
     progress = not args.no_progress and sys.stderr.isatty()
-    runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress)
+    every = 0
+    if not args.no_progress and not progress:
+        from runtime.metrics import plain_every
+
+        every = plain_every(cfg.training.num_rollouts)
+    runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress, progress_every=every)
+    print(
+        f"rlc: starting {cfg.name} ({cfg.training.num_rollouts} collections); "
+        "engines and trainer load first",
+        file=sys.stderr,
+        flush=True,
+    )
     prev = _install_signal_handlers(runner)
     try:
         summary = runner.run()
@@ -575,8 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlc: run failed: {runner.failed_cause}", file=sys.stderr)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
-        print("rlc: interrupted", file=sys.stderr)
-        return 130
+        where = "during start-up" if runner.stop.reason == "" else "before saving"
+        print(f"rlc: interrupted {where} (aborted by a second Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # the boundary: a clear line, the traceback with RLC_DEBUG
         if os.environ.get("RLC_DEBUG"):
             import traceback
@@ -591,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, handler)
     if summary and not sys.stdout.isatty():  # for scripts; a terminal ends on the report path
         print(json.dumps(summary, sort_keys=True))
+    if runner.stop.reason == "SIGINT":  # stopped and saved at a collection boundary
+        return EXIT_INTERRUPTED
     return EXIT_OK
 
 

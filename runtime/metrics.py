@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -77,11 +78,26 @@ class MetricsWriter:
             os.fsync(f.fileno())
 
 
-class ProgressView:
-    """A rich progress bar over collections: reward, tokens/s, ETA."""
+def plain_every(total: int) -> int:
+    """How often a run without a terminal prints a progress line: about 20 lines a run."""
+    return max(1, total // 20)
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True) -> None:
+
+def _clock(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class ProgressView:
+    """A rich progress bar over collections: reward, tokens/s, ETA. Without a terminal
+    (``every`` > 0) a plain line every ``every`` collections instead, so a log shows the
+    run advancing."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, every: int = 0) -> None:
         self.enabled = enabled
+        self.every = 0 if enabled else every
+        self.total = total
+        self.start = start
         self.console = Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]collection {task.completed}/{task.total}"),
@@ -108,6 +124,17 @@ class ProgressView:
         self._progress.stop()
 
     def update(self, collection: int, reward: float, tokens_per_s: float) -> None:
+        done = collection + 1
+        if self.every and (done % self.every == 0 or done == self.total):
+            elapsed = time.monotonic() - self.t0
+            rate = (done - self.start) / elapsed if elapsed > 0 else 0.0
+            eta = (self.total - done) / rate if rate > 0 else 0.0
+            print(
+                f"rlc: collection {done}/{self.total}  reward {reward:.3f}  "
+                f"{tokens_per_s:,.0f} tok/s  elapsed {_clock(elapsed)}  eta {_clock(eta)}",
+                file=sys.stderr,
+                flush=True,
+            )
         self._progress.update(
             self._task,
             completed=collection + 1,

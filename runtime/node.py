@@ -19,6 +19,7 @@ class Node(Protocol):
     ident: NodeIdentity
     resume: str
     progress: bool
+    progress_every: int
     stop: StopFlag
     sup: Supervisor
     registry: Any

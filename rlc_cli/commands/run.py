@@ -20,6 +20,8 @@ import click
 
 from rlc_cli.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
 
 def manifest_path_for(manifest: dict[str, Any]) -> Path:
     """Where `rlc run` keeps a compiled manifest: by digest under the run's output root."""
@@ -60,12 +62,20 @@ def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: in
         argv += ["--resume", resume]
     if not progress and not local_nodes:
         argv.append("--no-progress")
-    proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_term_with_parent)
+    # Ctrl-C reaches the child (same process group), which saves and stops; this process
+    # ignores it from before the child exists, and the child gets the default back.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_child_signals)
+    except BaseException:
+        signal.signal(signal.SIGINT, previous)
+        raise
     try:
         while True:
             try:
-                return proc.wait()
+                code = proc.wait()
+                # a child killed by a signal: the shell's 128 + N (Ctrl-C: 130), not 256 - N
+                return 128 - code if code < 0 else code
             except KeyboardInterrupt:  # pragma: no cover - SIGINT is ignored while waiting
                 continue
     finally:
@@ -74,8 +84,10 @@ def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: in
             proc.terminate()
 
 
-def _term_with_parent() -> None:
-    """In the child: SIGTERM (save and stop) if `rlc` itself is killed (Linux only)."""
+def _child_signals() -> None:
+    """In the child: Ctrl-C as usual, and SIGTERM (save and stop) if `rlc` itself is
+    killed (Linux only)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         import ctypes
 
@@ -95,7 +107,11 @@ def _term_with_parent() -> None:
     default=None,
     help="Resume from the newest complete checkpoint (default: checkpoint.resume).",
 )
-@click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="Do not draw the progress bar (nor print progress lines when not in a terminal).",
+)
 @click.option(
     "--local-nodes",
     type=click.IntRange(min=1),
@@ -113,6 +129,21 @@ def command(
     fmt: str,
 ) -> None:
     """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
+    try:
+        _run(target, overrides, resume, no_progress, local_nodes, fmt)
+    except KeyboardInterrupt:
+        click.echo("rlc: interrupted before the run started; nothing was trained", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _run(
+    target: str,
+    overrides: tuple[str, ...],
+    resume: str | None,
+    no_progress: bool,
+    local_nodes: int | None,
+    fmt: str,
+) -> None:
     path = Path(target)
     if not path.exists():
         click.echo(f"rlc: error: {target}: no such file", err=True)

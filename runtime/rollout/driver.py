@@ -596,7 +596,9 @@ def train(runner: Node) -> dict[str, Any]:
     tracker = WandbSink.from_config(cfg.config.get("tracking") or {}).start(
         cfg.paths.root / "wandb", cfg.config, run_id=cfg.digest.removeprefix("sha256:")[:16]
     )
-    with ProgressView(total, start=state.collection, enabled=runner.progress) as progress:
+    with ProgressView(
+        total, start=state.collection, enabled=runner.progress, every=runner.progress_every
+    ) as progress:
         loop = GRPOLoop(
             cfg,
             trainer,
@@ -633,17 +635,39 @@ def train(runner: Node) -> dict[str, Any]:
         {"report": str(report), "metrics": str(cfg.paths.metrics), "stopped": bool(runner.stop)}
     )
     out.update(eval_summary)
-    evaluated = out.get("eval_score")
-    log(
-        f"done: {out['collections']} collections, reward first fifth {out['reward_first_fifth']:.3f}"
-        f" -> last fifth {out['reward_last_fifth']:.3f}"
-        + ("" if evaluated is None else f", held-out evaluation {float(evaluated):.3f}")
-    )
+    if runner.stop:
+        out["stopped_reason"] = runner.stop.reason
+    log(done_line(out, total))
     log(f"report: {shown_path(Path(report))}")
     if exported:
         out["export"] = str(cfg.paths.export_hf)
         log(f"export: {shown_path(cfg.paths.export_hf)}")
     return out
+
+
+def done_line(out: dict[str, Any], total: int) -> str:
+    """The end-of-run line: where the run ended, and which update the evaluation is of."""
+    n = int(out["collections"])
+    if out.get("stopped"):
+        head = f"stopped ({out.get('stopped_reason') or 'stop requested'}) after {n} of {total} collections"
+    else:
+        head = f"done: {n} collections"
+    line = head
+    if n:
+        line += (
+            f", reward first fifth {out['reward_first_fifth']:.3f}"
+            f" -> last fifth {out['reward_last_fifth']:.3f}"
+        )
+    evaluated = out.get("eval_score")
+    if evaluated is not None:
+        update = out.get("eval_update")
+        when = ""
+        if update == 0:
+            when = " (before training)"
+        elif update is not None and (update != n or out.get("stopped")):
+            when = f" (at update {update})"
+        line += f", held-out evaluation {float(evaluated):.3f}{when}"
+    return line
 
 
 def _checkpointing(cfg: RunConfig) -> bool:
