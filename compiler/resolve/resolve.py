@@ -300,10 +300,12 @@ class _Resolver:
             "data.manifest",
         ):
             before = self.value(path)
-            after = _join(self.spec_dir, before)
+            # a value given on the command line (--set) is relative to the working directory
+            typed = self.prov.get(path) is not None and self.prov[path].kind == "override"
+            after = _join("" if typed else self.spec_dir, before)
             if after != before:
                 self.put(path, after)
-                self.note(path, rel)
+                self.note(path, "relative to the working directory (--set)" if typed else rel)
         template = self.value("model.chat_template")
         if isinstance(template, str) and template.endswith(".jinja"):  # a file, not a name
             after = _join(self.spec_dir, template)
