@@ -273,6 +273,9 @@ def _compile(result: CompileResult, path: Path, shown: str, lock: dict[str, Any]
     result.resolved = resolved
     stage("resolve")
     result.diagnostics.extend(_native_checks(resolved, bound))
+    from compiler.resolve.data_files import missing_data_files
+
+    result.diagnostics.extend(missing_data_files(resolved.config, bound))
     stage("native")
     result.diagnostics.extend(check(resolved, result))
     stage("rules")

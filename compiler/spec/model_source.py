@@ -76,6 +76,11 @@ def _note(*paths: str) -> None:
         _TOUCHED[p] = identity(p)
 
 
+def note_inputs(*paths: str) -> None:
+    """Record other files a compile looked at (data files), for the compile cache."""
+    _note(*paths)
+
+
 @dataclass(frozen=True)
 class SourceInfo:
     """``problem``: why the runtime cannot load it ("" when it can or we cannot tell);
