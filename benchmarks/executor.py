@@ -33,7 +33,7 @@ from runtime.executor.settings import ExecutorSettings  # noqa: E402
 from runtime.rewards.base import ScoreItem, get_verifier  # noqa: E402
 from runtime.rewards.code import humaneval_target  # noqa: E402
 
-HUMANEVAL = ROOT / ".." / "shared" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = ROOT / "runtime" / "data" / "datasets" / "humaneval" / "HumanEval.jsonl.gz"
 RESULTS = ROOT / "benchmarks" / "results" / "executor.json"
 
 

@@ -1,6 +1,6 @@
 """Verifier throughput on the real data sets: items scored per second, single thread.
 
-Workloads (all from ../shared/data):
+Workloads (the data rlc ships; the IFEval reference responses from ../shared/data):
 - gsm8k: the 1,319 test reference solutions scored against their gold (extraction + match);
 - math: 1,000 boxed responses to MATH-500: each gold re-spelled (``\\dfrac``, spaces) and
   the next problem's answer (wrong; these mostly need sympy to reject), through the sympy
@@ -29,7 +29,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("RLC_DATA_ROOT", ROOT / ".." / "shared" / "data"))
+DATA = Path(os.environ.get("RLC_DATA_ROOT", ROOT / "runtime" / "data" / "datasets"))
+# the reference verdicts of the IFEval checker are not shipped: a folder beside the checkout
+IFEVAL_REFERENCE = ROOT / ".." / "shared" / "data" / "ifeval-reference"
 RESULTS = ROOT / "benchmarks" / "results" / "verifiers.json"
 
 from runtime.rewards.base import ScoreItem, get_verifier  # noqa: E402
@@ -63,7 +65,7 @@ def workloads() -> list[tuple[str, str, dict[str, Any], list[ScoreItem]]]:
     out.append(("math (sympy worker)", "math", {}, math_items))
     out.append(("math (in process)", "math", {"use_worker": False}, math_items))
     out.append(("math (string mode)", "math", {"equivalence": "string"}, math_items))
-    ref = DATA / "ifeval-reference"
+    ref = IFEVAL_REFERENCE
     inputs = _jsonl(ref / "input_data_gpt4_20231107_145030.jsonl")
     responses = {
         r["prompt"]: r["response"]

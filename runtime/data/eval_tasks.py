@@ -2,7 +2,7 @@
 
 Background evaluation names its tasks as olmo-eval does (``gsm8k``, ``minerva_math_500``,
 ``ifeval``, ``codex_humaneval``, optionally with a ``::suffix`` such as ``::tulu``). The
-ones whose data we ship (``../shared/data`` or ``RLC_DATA_ROOT``) map onto our loaders and
+ones whose data rlc ships (``runtime/data/datasets``, or ``RLC_DATA_ROOT``) map onto our loaders and
 verifiers; any other name is refused with the list of known ones, never skipped.
 """
 

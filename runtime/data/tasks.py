@@ -36,14 +36,19 @@ class TaskData:
     files: list[Path]
 
 
+# The default data of the file tasks, shipped inside the package (datasets/README.md says
+# where each comes from and under which license).
+SHIPPED_DATA = Path(__file__).resolve().parent / "datasets"
+
+
 def data_roots() -> list[Path]:
-    """Where task data sets are looked up when an entry has no ``path``."""
+    """Where task data sets are looked up when an entry has no ``path``: ``RLC_DATA_ROOT``
+    first, then the data shipped with rlc."""
     roots: list[Path] = []
     env = os.environ.get("RLC_DATA_ROOT")
     if env:
         roots.append(Path(env))
-    here = Path(__file__).resolve()
-    roots.append(here.parents[2] / ".." / "shared" / "data")
+    roots.append(SHIPPED_DATA)
     return roots
 
 

@@ -11,7 +11,7 @@ from runtime.data.tasks import load_task
 from runtime.rewards.base import get_verifier
 from runtime.rewards.gsm8k import gold_answer
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "gsm8k"
+DATA = Path(__file__).resolve().parents[2] / "runtime" / "data" / "datasets" / "gsm8k"
 pytestmark = pytest.mark.skipif(
     not (DATA / "test.jsonl").exists(), reason=f"GSM8K not found at {DATA}"
 )

@@ -22,7 +22,7 @@ from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import ScoreItem, get_verifier
 from runtime.rewards.code import humaneval_target
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "humaneval"
+DATA = Path(__file__).resolve().parents[2] / "runtime" / "data" / "datasets" / "humaneval"
 HUMANEVAL = DATA / "HumanEval.jsonl.gz"
 
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,9 @@ from runtime.rewards.base import get_verifier
 from runtime.rewards.math_answer import Comparer, in_process_sympy
 from runtime.rewards.math_normalize import exact_number, extract_answer, normalize
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "math500" / "test.jsonl"
+DATA = (
+    Path(__file__).resolve().parents[2] / "runtime" / "data" / "datasets" / "math500" / "test.jsonl"
+)
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"MATH-500 not found at {DATA}")
 
 

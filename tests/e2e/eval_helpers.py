@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K = ROOT / "runtime" / "data" / "datasets" / "gsm8k" / "test.jsonl"
 
 BASE = """
 schema_version = 1
@@ -93,7 +93,7 @@ def compile_to(spec: Path, out: Path) -> Path:
 def tiny_data_root(tmp: Path, rows: int = 3) -> Path:
     """An RLC_DATA_ROOT holding the first ``rows`` GSM8K test problems."""
     if not GSM8K.exists():
-        pytest.skip(f"GSM8K not found at {GSM8K} (../shared/data is beside the checkout in CI)")
+        pytest.skip(f"GSM8K not found at {GSM8K} (shipped in runtime/data/datasets)")
     root = tmp / "data"
     (root / "gsm8k").mkdir(parents=True)
     lines = GSM8K.read_text().splitlines()[:rows]

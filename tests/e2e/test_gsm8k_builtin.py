@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+DATA = ROOT / "runtime" / "data" / "datasets" / "gsm8k" / "train.jsonl"
 
 pytestmark = pytest.mark.slow
 
 
 def test_gsm8k_spec_runs_with_real_files(tmp_path):
     if not DATA.exists():
-        pytest.skip(f"{DATA} is absent (../shared/data beside the checkout)")
+        pytest.skip(f"{DATA} is absent (shipped in runtime/data/datasets)")
     pytest.importorskip("torch", reason="needs the runtime extra")
     out = tmp_path / "run"
     proc = subprocess.run(
