@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,88 @@ def test_cache_aware_router_routes_and_stops(two_engines, tmp_path):
         assert [o["output_ids"] for o in via] == [o["output_ids"] for o in ref]
     finally:
         router.stop()
+
+
+@pytest.fixture(scope="module")
+def builtin_engine(tmp_path_factory):
+    """One engine serving a builtin model (its tokenizer exists only in memory)."""
+    from runtime.engines.embedded.launch import embedded_argv
+    from runtime.engines.process import ServerProcess
+
+    port = free_port()
+    argv = embedded_argv(
+        "builtin:tiny-digits", port=port, max_running_requests=4, context_length=64, seed=0
+    )
+    log = tmp_path_factory.mktemp("builtin-engine") / "engine.log"
+    proc = ServerProcess("engine", argv, f"http://127.0.0.1:{port}/health", log).start()
+    try:
+        proc.wait_healthy(timeout=120)
+        yield [f"http://127.0.0.1:{port}"]
+    finally:
+        proc.stop(grace=5)
+
+
+@pytest.mark.slow
+def test_router_loads_the_engines_tokenizer_from_disk_never_the_hub(builtin_engine, tmp_path):
+    """sglang-router registers a tokenizer for every worker from the path the worker's
+    /get_model_info names, and downloads it from the Hugging Face Hub when that is not a
+    local directory. Every outbound connection here goes to a recording proxy: none comes."""
+    import socket
+    import threading
+    import time
+
+    from runtime.engines.process import ServerProcess
+
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(8)
+    proxy.settimeout(0.2)
+    attempts: list[bytes] = []
+    done = threading.Event()
+
+    def record() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = proxy.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    attempts.append(conn.recv(4096))
+                except OSError:
+                    attempts.append(b"")
+
+    threading.Thread(target=record, daemon=True).start()
+    info = httpx.get(f"{builtin_engine[0]}/get_model_info", timeout=5).json()
+    assert (Path(info["model_path"]) / "tokenizer.json").is_file()
+    assert info["served_model_name"] == "builtin:tiny-digits"
+
+    port = free_port()
+    log = tmp_path / "router.log"
+    argv = router_argv(builtin_engine, port=port, log_level="debug")
+    url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    env = {k: url for k in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")}
+    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    router = ServerProcess("router", argv, f"http://127.0.0.1:{port}/health", log, env=env)
+    router.start()
+    try:
+        router.wait_healthy(60)
+        deadline = time.monotonic() + 120
+        text = ""
+        while time.monotonic() < deadline:  # until both registrations have an outcome
+            text = log.read_text(errors="replace")
+            outcomes = text.count("Successfully registered tokenizer") + text.count(
+                "Failed to load tokenizer"
+            )
+            if outcomes >= len(builtin_engine):
+                break
+            time.sleep(0.25)
+        assert "Failed to load tokenizer" not in text, text[-2000:]
+        assert "HuggingFace" not in text
+        assert text.count("Successfully registered tokenizer") >= len(builtin_engine)
+    finally:
+        router.stop(grace=2)
+        done.set()
+        proxy.close()
+    assert attempts == []

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -117,6 +120,23 @@ def load_source(
     return load_model(source, device=device, dtype=dtype, seed=seed, hf_template=hf_template)
 
 
+def local_tokenizer_dir(
+    model: str, hf_template: str | None, tokenizer: Any
+) -> tuple[Path | None, bool]:
+    """A local directory with this model's tokenizer (for sglang-router, which otherwise
+    asks the Hugging Face Hub for ``model``): the checkpoint's own, the template's, or the
+    tokenizer written to a temporary directory (``True``: remove it on exit). None for the
+    test engines' byte tokenizer, which has no file form."""
+    for root in (model, hf_template):
+        if root and (Path(root) / "tokenizer.json").is_file():
+            return Path(root).resolve(), False
+    if not hasattr(tokenizer, "save"):
+        return None, False
+    out = Path(tempfile.mkdtemp(prefix="rlc-tokenizer-"))
+    tokenizer.save(out)
+    return out, True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -160,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}
     server_args["model_path"] = args.model
+    tokenizer_dir, written = local_tokenizer_dir(args.model, args.hf_template, loaded.tokenizer)
+    if tokenizer_dir is not None:  # what sglang-router reads (see server.get_model_info)
+        server_args["tokenizer_path"] = str(tokenizer_dir)
+        server_args["model_path"] = str(tokenizer_dir)
+        server_args["served_model_name"] = args.served_model_name or args.model
     logging.getLogger(__name__).info(
         "serving %s on %s:%d (%s)", args.model, args.host, args.port, args.device
     )
@@ -178,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     # run_app has closed the server and stopped the engine thread (on_cleanup). Skip the
     # interpreter's final garbage collection of torch/OLMo-core state, which can take
     # many seconds and would make SIGTERM look ignored to supervisors.
+    if written and tokenizer_dir is not None:
+        shutil.rmtree(tokenizer_dir, ignore_errors=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

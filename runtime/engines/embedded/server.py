@@ -261,10 +261,16 @@ async def update_weights_from_tensor(request: web.Request) -> web.Response:
 
 async def get_model_info(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
+    info = request.app[INFO_KEY]  # type: ignore[index]
+    # sglang-router 0.3.2 loads the tokenizer from the ``model_path`` it discovers here and
+    # downloads it from the Hugging Face Hub when that is not a local directory; the model
+    # keeps its name as ``served_model_name``. So: the local tokenizer directory.
+    tokenizer = info.get("tokenizer_path") or engine.model_path
     return web.json_response(
         {
-            "model_path": engine.model_path,
-            "tokenizer_path": engine.model_path,
+            "model_path": tokenizer,
+            "served_model_name": info.get("served_model_name") or engine.model_path,
+            "tokenizer_path": tokenizer,
             "is_generation": True,
             "preferred_sampling_params": None,
             "weight_version": engine.weight_version,
