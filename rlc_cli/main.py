@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("rlc_cli.commands.export", "Write HF weights from a run's checkpoint."),
     "status": ("rlc_cli.commands.status", "Show launch receipts and job state."),
     "data": ("rlc_cli.commands.data", "Prepare and inspect data manifests."),
+    "schema": ("rlc_cli.commands.schema", "Print the JSON Schema of a spec (or a manifest)."),
     "toml": ("rlc_cli.commands.toml", "TOML tools (toml-test decoder interface)."),
 }
 

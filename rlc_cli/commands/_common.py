@@ -19,14 +19,21 @@ EXIT_RUNTIME = 3
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="How to print diagnostics.",
-)
+
+def _format_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help=help_text,
+    )
+
+
+format_option = _format_option("How to print diagnostics.")
+# The one spelling of machine-readable output on the commands that read and report.
+read_format_option = _format_option("text for people, json for scripts.")
 
 
 def debug_enabled() -> bool:

@@ -7,17 +7,19 @@ from typing import Any
 
 import click
 
-from rlc_cli.commands._common import EXIT_USER, guarded
+from rlc_cli.commands._common import EXIT_USER, guarded, read_format_option
 from rlc_cli.commands._spec_opts import report, run_compile, spec_options
 
 
 @click.command("plan")
 @spec_options
-@click.option("--json", "as_json", is_flag=True, help="Print the plan (and config) as JSON.")
+@read_format_option
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
 @guarded
-def command(spec: str, overrides: tuple[str, ...], as_json: bool) -> None:
+def command(spec: str, overrides: tuple[str, ...], fmt: str, as_json: bool) -> None:
     """Show the effective plan of a spec without writing anything."""
     result = run_compile(spec, overrides)
+    as_json = as_json or fmt == "json"
     fmt = "json" if as_json else "text"
     if result.errors:
         report(result, fmt)

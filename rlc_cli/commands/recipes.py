@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rlc_cli.commands._common import guarded
+from rlc_cli.commands._common import guarded, read_format_option
 
 
 def catalog() -> list[tuple[str, str]]:
@@ -26,12 +26,13 @@ def catalog() -> list[tuple[str, str]]:
 
 
 @click.command("recipes")
-@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
+@read_format_option
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
 @guarded
-def command(as_json: bool) -> None:
+def command(fmt: str, as_json: bool) -> None:
     """List the named recipes a spec can build on with `recipe = "NAME"`."""
     rows = catalog()
-    if as_json:
+    if as_json or fmt == "json":
         import json
 
         click.echo(json.dumps([{"name": n, "description": d} for n, d in rows], indent=2))

@@ -103,8 +103,8 @@ _DIGIT_CHARS = ["+", "-", "=", " ", "\n"]
 def build_digits_tokenizer() -> Tokenizer:
     """The 26-token tokenizer of ``builtin:tiny-digits`` (single-digit arithmetic only)."""
     vocab: dict[str, int] = {}
-    for tok in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_DIGIT_CHARS, *_WHOLE_NUMBERS]:
-        vocab[tok] = len(vocab)
+    for piece in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_DIGIT_CHARS, *_WHOLE_NUMBERS]:
+        vocab[piece] = len(vocab)
     merges = [(num[0], num[1]) for num in _WHOLE_NUMBERS]
     model = models.BPE(vocab=vocab, merges=merges, unk_token=UNK, ignore_merges=False)
     tok = HFTokenizer(model)
@@ -232,13 +232,14 @@ def render_chat_template(
     with the tokenizer's named special tokens."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template(
+    tokens: dict[str, Any] = dict(special_tokens)
+    result: Any = render_jinja_template(  # (rendered chats, generation indices)
         conversations=[[dict(m) for m in messages]],
         chat_template=template,
         add_generation_prompt=add_generation_prompt,
-        **special_tokens,
+        **tokens,
     )
-    return str(rendered[0])
+    return str(result[0][0])
 
 
 class Tokenizer:
