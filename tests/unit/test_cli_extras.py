@@ -116,9 +116,6 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def test_launch_refuses_a_dirty_or_unpushed_checkout(tmp_path: Path) -> None:
-    build = tmp_path / "build"
-    assert rlc(["compile", str(QUICKSTART), "-o", str(build)]).returncode == 0
-    manifest = str(next(build.glob("*/manifest.json")))
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
@@ -134,6 +131,10 @@ def test_launch_refuses_a_dirty_or_unpushed_checkout(tmp_path: Path) -> None:
         "-m",
         "x",
     )
+    text = QUICKSTART.read_text().replace('root = "../../runs/quickstart"', 'root = "runs/q"')
+    (repo / "spec.toml").write_text(text)  # untracked: not a change of the checkout
+    assert rlc(["compile", "spec.toml", "-o", "build"], cwd=repo).returncode == 0
+    manifest = str(next((repo / "build").glob("*/manifest.json")))
     (repo / "a.txt").write_text("1")
     _git(repo, "add", "a.txt")
     receipts = ["--receipts-dir", str(tmp_path / "r")]

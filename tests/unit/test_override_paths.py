@@ -30,7 +30,8 @@ def test_spec_paths_follow_the_spec_and_set_paths_the_working_directory(tmp_path
     assert _output_root(spec, [f'output.root="{absolute}"'], ROOT) == absolute
     # from another directory, the spec's own relative path still follows the spec
     other = tmp_path / "elsewhere"
-    other.mkdir()
-    full = str(ROOT / spec)
-    assert _output_root(full, [], other) == str(ROOT / "runs" / "quickstart")
-    assert _output_root(full, ['output.root="here"'], other) == "here"
+    (other / "specs").mkdir(parents=True)
+    text = (ROOT / spec).read_text().replace('root = "../../runs/quickstart"', 'root = "../runs/q"')
+    (other / "specs" / "q.toml").write_text(text)
+    assert _output_root("specs/q.toml", [], other) == "runs/q"
+    assert _output_root("specs/q.toml", ['output.root="here"'], other) == "here"
