@@ -9,10 +9,12 @@ in a child process. The compiler never imports the runtime: the runtime's own ex
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,20 @@ def _child_signals() -> None:
         pass
 
 
+def _interrupt_before_start(fn: Callable[..., None]) -> Callable[..., None]:
+    """Ctrl-C while compiling (before the runtime child exists): one line, exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            click.echo("rlc: interrupted before the run started; nothing was trained", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+    return wrapper
+
+
 @click.command("run")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option(
@@ -120,6 +136,7 @@ def _child_signals() -> None:
 )
 @format_option
 @guarded
+@_interrupt_before_start
 def command(
     target: str,
     overrides: tuple[str, ...],
@@ -129,21 +146,6 @@ def command(
     fmt: str,
 ) -> None:
     """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
-    try:
-        _run(target, overrides, resume, no_progress, local_nodes, fmt)
-    except KeyboardInterrupt:
-        click.echo("rlc: interrupted before the run started; nothing was trained", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-
-
-def _run(
-    target: str,
-    overrides: tuple[str, ...],
-    resume: str | None,
-    no_progress: bool,
-    local_nodes: int | None,
-    fmt: str,
-) -> None:
     path = Path(target)
     if not path.exists():
         click.echo(f"rlc: error: {target}: no such file", err=True)
