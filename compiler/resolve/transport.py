@@ -22,9 +22,7 @@ def publication_transport(config: dict[str, Any], placement: dict[str, Any]) -> 
     same_node = len(trainer_nodes) == 1 and engine_nodes <= trainer_nodes
     colocated = inf["placement"] == "colocated"
     sglang = inf["engine"] == "sglang"
-    drain = (
-        config["async"]["enabled"] and config["async"]["publication_mode"] == "engine_drain"
-    )
+    drain = config["async"]["enabled"] and config["async"]["publication_mode"] == "engine_drain"
     if same_node and not sglang:
         return "tensor", "'tensor' (CUDA IPC): every embedded engine shares the trainer's node"
     if colocated:

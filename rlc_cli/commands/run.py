@@ -13,12 +13,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from rlc_cli.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
+
+# when this command's module loaded: the start of `rlc run` for the start-up breakdown
+_STARTED = time.time()
 
 
 def manifest_path_for(manifest: dict[str, Any]) -> Path:
@@ -46,7 +50,14 @@ def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
     return path
 
 
-def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: int = 0) -> int:
+def run_manifest(
+    path: Path,
+    resume: str | None,
+    progress: bool,
+    local_nodes: int = 0,
+    bench: bool = False,
+    stamps: dict[str, str] | None = None,
+) -> int:
     """Run ``python -m runtime.execute`` (or one per simulated node) and return its exit code.
 
     Ctrl-C reaches the child too (same process group); we wait for it to save and stop.
@@ -60,7 +71,11 @@ def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: in
         argv += ["--resume", resume]
     if not progress and not local_nodes:
         argv.append("--no-progress")
-    proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_term_with_parent)
+    if bench and not local_nodes:
+        argv.append("--bench")
+    env = dict(os.environ)
+    env.update(stamps or {})  # when the command started and compiled: the start-up breakdown
+    proc = subprocess.Popen(argv, env=env, preexec_fn=_term_with_parent)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         while True:
@@ -102,6 +117,12 @@ def _term_with_parent() -> None:
     default=None,
     help="Run each node of a multi-node plan as its own process on its own loopback address.",
 )
+@click.option(
+    "--bench",
+    is_flag=True,
+    help="At the end, print where the time went: start-up phases, each collection phase "
+    "(first and steady state) and tokens/s/GPU; also written to <output.root>/bench.json.",
+)
 @format_option
 @guarded
 def command(
@@ -110,9 +131,11 @@ def command(
     resume: str | None,
     no_progress: bool,
     local_nodes: int | None,
+    bench: bool,
     fmt: str,
 ) -> None:
     """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
+    t0 = _STARTED
     path = Path(target)
     if not path.exists():
         click.echo(f"rlc: error: {target}: no such file", err=True)
@@ -125,4 +148,5 @@ def command(
     else:
         manifest_path = compile_for_run(target, overrides, fmt)
         click.echo(f"rlc: manifest {manifest_path}", err=True)
-    sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0))
+    stamps = {"RLC_RUN_T0": repr(t0), "RLC_RUN_COMPILED": repr(time.time())}
+    sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0, bench, stamps))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,6 +241,10 @@ class InferenceModel:
 
     def graph_keys(self) -> list[tuple[int, int]]:
         return sorted(self._graphs)
+
+    def captured_graphs(self) -> int:
+        """Decode graphs held: plain decode steps and fused decode + sampling steps."""
+        return len(self._graphs) + len(self._step_graphs)
 
     # ---- pieces -------------------------------------------------------------------------
 
@@ -569,18 +574,34 @@ class InferenceModel:
         """Capture every bucket up to ``max_kv_len`` now (keeps capture out of timed runs)."""
         if not self.graph_batch_sizes:
             return 0
+        for bs in self.graph_batch_sizes:
+            for length in self._kv_buckets(max_kv_len):
+                self._graph(bs, length)
+        return len(self._graphs)
+
+    def warm_step_graphs(self, modes: Sequence[str], max_kv_len: int | None = None) -> int:
+        """The fused step's ``warm_graphs``: every batch bucket x KV-length bucket up to
+        ``max_kv_len`` x sampling mode, captured now over padding rows (greedy, position
+        0), so a run never captures mid-collection. Returns the fused graphs held."""
+        if not self.graph_batch_sizes:
+            return 0
+        for bs in self.graph_batch_sizes:
+            if bs not in self._states:
+                self._states[bs] = StepState.empty(bs, self.device)
+            for length in self._kv_buckets(max_kv_len):
+                for mode in modes:
+                    self._step_graph(bs, length, mode)
+        return len(self._step_graphs)
+
+    def _kv_buckets(self, max_kv_len: int | None) -> list[int]:
         top = min(self.cache_len, max_kv_len or self.cache_len)
-        lengths = sorted(
+        return sorted(
             {
                 kv_bucket(n, self.graph_kv_step, self.cache_len)
                 for n in range(1, top + 1, max(1, self.graph_kv_step or top))
             }
             | {kv_bucket(top, self.graph_kv_step, self.cache_len)}
         )
-        for bs in self.graph_batch_sizes:
-            for length in lengths:
-                self._graph(bs, length)
-        return len(self._graphs)
 
     def _graph(self, bs: int, length: int) -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
         key = (bs, length)
