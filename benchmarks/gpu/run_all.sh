@@ -184,7 +184,7 @@ for s in "$@"; do
     ;;
   trl5-256 | trl5-1024)
     n=${s#trl5-}
-    stage "$s" "$(( n > 256 ? 150 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
+    stage "$s" "$(( n > 256 ? 130 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
       --new-tokens "$n" --steps 2
     ;;
   e2e5-256 | e2e5-1024)
