@@ -165,7 +165,8 @@ for s in "$@"; do
     rm -rf "$root"
     stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
       run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
-      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false
+      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
+      --set training.num_rollouts=3
     mkdir -p "$RES/bench/dense-$label"
     cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/dense-$label/" 2>/dev/null
     cp -r "$root/logs" "$RES/bench/dense-$label/" 2>/dev/null
@@ -176,7 +177,8 @@ for s in "$@"; do
     rm -rf "$root"
     stage "$s" "${BENCH_TIMEOUT:-200}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
       run specs/examples/gpu-moe.toml --no-progress --bench --set "output.root=\"$root\"" \
-      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false
+      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' \
+      --set training.num_rollouts=3
     mkdir -p "$RES/bench/moe"
     cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/moe/" 2>/dev/null
     cp -r "$root/logs" "$RES/bench/moe/" 2>/dev/null

@@ -565,7 +565,10 @@ class InferenceModel:
         if self.device.type != "cuda":
             raise UnsupportedModel("CUDA graphs need --device cuda")
         self.dense_moe = self.is_moe
-        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes)
+        # no batch-1 bucket by default: one request pads to 2, so every bucket shares one
+        # shape-dynamic compile (size 1 always specializes, which cost a compile of its own)
+        default = [2**i for i in range(1, 16)] if self.max_slots > 1 else None
+        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default)
         self.graph_kv_step = max(0, int(kv_step))
         self._graphs = {}
         self._graph_pool = torch.cuda.graph_pool_handle()
@@ -585,9 +588,16 @@ class InferenceModel:
         0), so a run never captures mid-collection. Returns the fused graphs held."""
         if not self.graph_batch_sizes:
             return 0
-        for bs in self.graph_batch_sizes:
+        import torch._dynamo
+
+        # largest bucket first, its batch dimension marked dynamic: the first compile is
+        # the shape-dynamic one every other bucket reuses (one compile per sampling mode)
+        for bs in sorted(self.graph_batch_sizes, reverse=True):
             if bs not in self._states:
                 self._states[bs] = StepState.empty(bs, self.device)
+            if bs > 1:
+                for t in self._states[bs].tensors():
+                    torch._dynamo.maybe_mark_dynamic(t, 0)
             for length in self._kv_buckets(max_kv_len):
                 for mode in modes:
                     self._step_graph(bs, length, mode)
