@@ -293,17 +293,25 @@ async def get_server_info(request: web.Request) -> web.Response:
     return web.json_response(info)
 
 
-async def warm_up(request: web.Request) -> web.Response:
-    """Capture every decode graph the run's sampling settings can meet, before it starts.
-
-    Body: ``{"sampling_params": [{...}, ...], "max_kv_len": N}`` (both optional)."""
-    engine = request.app[ENGINE_KEY]
+async def _optional_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object (``{}`` without a body), or the 400 answer to send."""
     try:
         body = await request.json() if request.can_read_body else {}
     except ValueError:
         return _error("request body must be JSON")
     if not isinstance(body, dict):
         return _error("request body must be a JSON object")
+    return body
+
+
+async def warm_up(request: web.Request) -> web.Response:
+    """Capture every decode graph the run's sampling settings can meet, before it starts.
+
+    Body: ``{"sampling_params": [{...}, ...], "max_kv_len": N}`` (both optional)."""
+    engine = request.app[ENGINE_KEY]
+    body = await _optional_object(request)
+    if isinstance(body, web.Response):
+        return body
     raw = body.get("sampling_params") or [{}]
     max_kv = body.get("max_kv_len")
     if not isinstance(raw, list) or not (max_kv is None or isinstance(max_kv, int)):
@@ -363,12 +371,9 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def pause_generation(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except ValueError:
-        return _error("request body must be JSON")
-    if not isinstance(body, dict):
-        return _error("request body must be a JSON object")
+    body = await _optional_object(request)
+    if isinstance(body, web.Response):
+        return body
     try:
         applied = await asyncio.to_thread(engine.pause_generation, str(body.get("mode", "abort")))
     except BadRequest as exc:
