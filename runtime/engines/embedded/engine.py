@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from .forward import InferenceModel, UnsupportedModel
+from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
 log = logging.getLogger(__name__)
@@ -417,9 +417,10 @@ class Engine:
         """Compile and capture, now, every decode graph requests with ``params`` can meet
         (each batch bucket x each KV-length bucket up to ``max_kv_len`` x each sampling
         mode), so no capture happens mid-run. Runs when no request is running."""
-        modes = tuple(
-            sorted({SamplingBatch.build([p], [0], self.device).mode for p in params} or {"sample"})
-        )
+        wanted = {SamplingBatch.build([p], [0], self.device).mode for p in params} or {"sample"}
+        # the widest sampler serves the narrower ones (greedy rows in the sampled step):
+        # one compile instead of one per mode
+        modes = (max(wanted, key=SAMPLER_MODES.index),)
         op = _WarmUp(modes, max_kv_len)
         with self._lock:
             self._warmups.append(op)

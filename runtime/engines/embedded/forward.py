@@ -29,6 +29,8 @@ from .sampling import SamplingBatch, sample_rows
 log = logging.getLogger(__name__)
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
+# the fused step's samplers, each serving every row the ones before it serve
+SAMPLER_MODES = ("greedy", "sample", "truncate")
 
 
 class UnsupportedModel(ValueError):
@@ -719,12 +721,23 @@ class InferenceModel:
                 bs, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
             )
         if bucket is not None and bucket[0] == bs:
-            graph, out = self._step_graph(bs, bucket[1], mode)
+            graph, out = self._step_graph(bs, bucket[1], self._graph_mode(bs, bucket[1], mode))
             graph.replay()
         else:
             out = self._run_step(self._states[bs], kv_len, mode)
         toks, lps, experts = out
         return toks[:n], lps[:n], None if experts is None else experts[:n]
+
+    def _graph_mode(self, bs: int, length: int, mode: str) -> str:
+        """``mode``, or a wider sampler already captured for the bucket: the ``sample`` step
+        takes the argmax on greedy rows and ``truncate`` leaves untruncated rows alone, so
+        the same tokens and log-probs come back without another compile."""
+        if (bs, length, mode) in self._step_graphs:
+            return mode
+        for wider in SAMPLER_MODES[SAMPLER_MODES.index(mode) + 1 :]:
+            if (bs, length, wider) in self._step_graphs:
+                return wider
+        return mode
 
     @torch.inference_mode()
     def _run_step(
