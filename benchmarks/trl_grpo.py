@@ -129,7 +129,10 @@ def main() -> int:
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"trl_grpo-{args.prompts}x{args.group}.json"
+    shape = f"{args.prompts}x{args.group}" + (
+        f"x{args.new_tokens}" if args.new_tokens != 256 else ""
+    )
+    path = args.out / f"trl_grpo-{shape}.json"
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {path}\n")
     print(

@@ -141,6 +141,9 @@ class NodeRunner:
         self.heartbeats: Any = None
         self._stop_heartbeats: Any = None
         self.finished = False  # this node's part of the run ended without a failure
+        from runtime.startup import StartupClock
+
+        self.startup = StartupClock.from_env()  # the start-up phases, printed by the trainer
         self.closing = False  # the main thread is taking the node down
         self._local_ports()
 
@@ -358,6 +361,7 @@ class NodeRunner:
                 self.prompts = _make_data(cfg)
             except (DataError, DataManifestError) as exc:
                 raise RunFailure(f"data: {exc}") from None
+            self.startup.mark("data")
         try:
             if self.ident.count == 1:
                 self.registry = LocalRegistry()
@@ -384,6 +388,7 @@ class NodeRunner:
 
             start_managed_judges(self)
             self._register_judges()
+            self.startup.mark("engines ready")
         except (TimeoutError, RuntimeError, RegistryError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()
@@ -486,6 +491,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-progress",
         action="store_true",
         help="no live progress bar (nor, without a terminal, the plain progress lines)",
+    )
+    ap.add_argument(
+        "--bench",
+        action="store_true",
+        help="print the phase table and tokens/s/GPU at the end (also <output.root>/bench.json)",
     )
     return ap.parse_args(argv)
 
@@ -620,11 +630,22 @@ def _main(argv: Sequence[str] | None = None) -> int:
         runner.close()
         for sig, handler in prev.items():
             signal.signal(sig, handler)
+    if summary and args.bench:
+        _print_bench(cfg)
     if summary and not sys.stdout.isatty():  # for scripts; a terminal ends on the report path
         print(json.dumps(summary, sort_keys=True))
     if runner.stop.reason == "SIGINT":  # stopped and saved at a collection boundary
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _print_bench(cfg: Any) -> None:
+    """The phase table on stderr (beside the run's own lines), the numbers as bench.json."""
+    from runtime.bench import bench, run_gpus, table
+
+    data = bench(cfg.paths.root, run_gpus(cfg.placement.raw))
+    (cfg.paths.root / "bench.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(table(data), file=sys.stderr, flush=True)
 
 
 def _install_signal_handlers(runner: Any) -> dict[int, Any]:

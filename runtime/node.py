@@ -29,5 +29,6 @@ class Node(Protocol):
     prompts: tuple[Any, dict[str, Any]] | None
     on_close: list[Any]
     rank_pids: Any
+    startup: Any  # runtime.startup.StartupClock: the start-up phases
 
     def health_check(self) -> None: ...

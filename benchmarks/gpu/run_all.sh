@@ -7,7 +7,8 @@
 #
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
-# long32 startup olmoe-hf fused-test (see the case below). Expects the
+# long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
+# e2e5-256 e2e5-1024 (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -153,6 +154,46 @@ for s in "$@"; do
       --label cold --timeout-s 180 --set "$cc"
     stage startup-warm 150 env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 benchmarks/gpu/startup.py \
       --label warm --timeout-s 130 --set "$cc"
+    ;;
+  # ---- round five: `rlc run --bench` (start-up breakdown, graphs captured up front) ----
+  bench-cold | bench-warm)
+    # `rlc run specs/examples/gpu-dense.toml --bench`; cold empties the init and compiler
+    # caches first, warm reuses what the cold run left; no router (one engine)
+    label=${s#bench-}
+    [ "$label" = cold ] && rm -rf /tmp/rlc-startup-cache /tmp/rlc-cc
+    root=/tmp/runs/dense-$label
+    rm -rf "$root"
+    stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
+      run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
+      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
+      --set training.num_rollouts=3
+    mkdir -p "$RES/bench/dense-$label"
+    cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/dense-$label/" 2>/dev/null
+    cp -r "$root/logs" "$RES/bench/dense-$label/" 2>/dev/null
+    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
+    ;;
+  bench-moe)
+    root=/tmp/runs/moe
+    rm -rf "$root"
+    stage "$s" "${BENCH_TIMEOUT:-200}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
+      run specs/examples/gpu-moe.toml --no-progress --bench --set "output.root=\"$root\"" \
+      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' \
+      --set training.num_rollouts=3
+    mkdir -p "$RES/bench/moe"
+    cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/moe/" 2>/dev/null
+    cp -r "$root/logs" "$RES/bench/moe/" 2>/dev/null
+    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
+    ;;
+  trl5-256 | trl5-1024)
+    n=${s#trl5-}
+    stage "$s" "$(( n > 256 ? 130 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
+      --new-tokens "$n" --steps 2
+    ;;
+  e2e5-256 | e2e5-1024)
+    n=${s#e2e5-}
+    stage "$s" "$(( n > 256 ? 200 : 150 ))" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
+      --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n" \
+      --deadline-s "$(( n > 256 ? 185 : 135 ))"
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh

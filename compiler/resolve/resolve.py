@@ -26,6 +26,7 @@ from typing import Any
 
 from compiler.diagnostics import Span
 from compiler.resolve.provenance import Provenance, span_kind
+from compiler.resolve.transport import publication_transport
 from compiler.spec.bind import Bound, dotted
 from compiler.spec.model_source import SourceInfo
 
@@ -590,6 +591,19 @@ class _Resolver:
             placement["gpus_per_replica"],
             "the placement's GPUs per replica",
             ("trainer.nodes", "trainer.gpus", "inference.gpus"),
+        )
+        transport, why = publication_transport(c, placement)
+        self.derive(
+            "runtime.publication_transport",
+            transport,
+            why,
+            (
+                "trainer.gpus",
+                "inference.engine",
+                "inference.placement",
+                "async.publication_mode",
+                "plan.placement",
+            ),
         )
         from compiler.resolve.paths import derived_paths
 

@@ -23,11 +23,17 @@ class RuntimeSection(Section):
     publish_timeout_s: float = fld(
         120.0, description="seconds for one weight publication to reach every engine", gt=0.0
     )
-    publication_transport: Literal["disk", "tensor", "distributed"] = fld(
-        "disk",
+    publication_transport: Literal["disk", "tensor", "distributed"] | None = fld(
+        None,
         description="how new weights reach the engines: a safetensors snapshot, tensor "
         "handles (CUDA IPC / shared memory) to engines on the trainer's node, or a "
         "torch.distributed broadcast (NCCL on GPUs, gloo on CPU) to engines anywhere",
+        note="Unset, it follows the placement on GPUs: 'tensor' (CUDA IPC) when every "
+        "embedded engine shares the trainer's node, 'distributed' (NCCL) when engines run on "
+        "other nodes or SGLang engines have GPUs of their own, 'disk' where neither applies "
+        "(SGLang sharing the trainer's GPUs, engines on several colocated nodes, engine_drain "
+        "across nodes) and on CPU runs. Set 'disk' to keep safetensors snapshots.",
+        derived="the placement (see note)",
     )
     weight_audit: bool = fld(
         True, description="compare engine and trainer weight checksums at start"

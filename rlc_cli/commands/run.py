@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ import click
 from rlc_cli.commands._common import EXIT_USER, emit_diagnostics, format_option, guarded
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+# when this command's module loaded: the start of `rlc run` for the start-up breakdown
+_STARTED = time.time()
 
 
 def manifest_path_for(manifest: dict[str, Any]) -> Path:
@@ -50,7 +53,14 @@ def compile_for_run(spec: str, overrides: tuple[str, ...], fmt: str) -> Path:
     return path
 
 
-def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: int = 0) -> int:
+def run_manifest(
+    path: Path,
+    resume: str | None,
+    progress: bool,
+    local_nodes: int = 0,
+    bench: bool = False,
+    stamps: dict[str, str] | None = None,
+) -> int:
     """Run ``python -m runtime.execute`` (or one per simulated node) and return its exit code.
 
     Ctrl-C reaches the child too (same process group); we wait for it to save and stop.
@@ -66,9 +76,13 @@ def run_manifest(path: Path, resume: str | None, progress: bool, local_nodes: in
         argv.append("--no-progress")
     # Ctrl-C reaches the child (same process group), which saves and stops; this process
     # ignores it from before the child exists, and the child gets the default back.
+    if bench and not local_nodes:
+        argv.append("--bench")
+    env = dict(os.environ)
+    env.update(stamps or {})  # when the command started and compiled: the start-up breakdown
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        proc = subprocess.Popen(argv, env=dict(os.environ), preexec_fn=_child_signals)
+        proc = subprocess.Popen(argv, env=env, preexec_fn=_child_signals)
     except BaseException:
         signal.signal(signal.SIGINT, previous)
         raise
@@ -134,6 +148,12 @@ def _interrupt_before_start(fn: Callable[..., None]) -> Callable[..., None]:
     default=None,
     help="Run each node of a multi-node plan as its own process on its own loopback address.",
 )
+@click.option(
+    "--bench",
+    is_flag=True,
+    help="At the end, print where the time went: start-up phases, each collection phase "
+    "(first and steady state) and tokens/s/GPU; also written to <output.root>/bench.json.",
+)
 @format_option
 @guarded
 @_interrupt_before_start
@@ -143,9 +163,11 @@ def command(
     resume: str | None,
     no_progress: bool,
     local_nodes: int | None,
+    bench: bool,
     fmt: str,
 ) -> None:
     """Carry out TARGET (a spec .toml, compiled first, or a manifest .json) on this machine."""
+    t0 = _STARTED
     path = Path(target)
     if not path.exists():
         click.echo(f"rlc: error: {target}: no such file", err=True)
@@ -161,4 +183,5 @@ def command(
     else:
         manifest_path = compile_for_run(target, overrides, fmt)
         click.echo(f"rlc: manifest {manifest_path}", err=True)
-    sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0))
+    stamps = {"RLC_RUN_T0": repr(t0), "RLC_RUN_COMPILED": repr(time.time())}
+    sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0, bench, stamps))

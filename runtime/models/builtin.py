@@ -108,8 +108,11 @@ BUILTINS: dict[str, tuple[str, Callable[..., TransformerConfig]]] = {
     "olmo3-1b": ("dense", _olmo_core_named(TransformerConfig.olmo3_1B)),
     "tiny-moe": ("moe", _moe_like(64, 2, 4, 4, 2, hybrid=False, no_drop=True)),
     "tiny-hybrid-moe": ("hybrid_moe", _moe_like(64, 2, 4, 4, 2, hybrid=True, no_drop=True)),
-    "smallmoe": ("moe", _moe_like(768, 12, 12, 32, 4, hybrid=False)),
-    "small-hybrid-moe": ("hybrid_moe", _moe_like(768, 12, 12, 32, 4, hybrid=True)),
+    # no dropped tokens: the engines are dropless, and a capacity-factor trainer that drops
+    # a token's experts scores another sub-network than the one that sampled it (the
+    # train/inference log-prob gap of gpu-moe.toml, 0.11 on one H200, came from this)
+    "smallmoe": ("moe", _moe_like(768, 12, 12, 32, 4, hybrid=False, no_drop=True)),
+    "small-hybrid-moe": ("hybrid_moe", _moe_like(768, 12, 12, 32, 4, hybrid=True, no_drop=True)),
 }
 
 _INT_OVERRIDES = {"vocab_size", "d_model", "n_layers", "n_heads", "window", "num_experts", "top_k"}

@@ -482,6 +482,9 @@ def train(runner: Node) -> dict[str, Any]:
     registry = getattr(runner, "registry", None)
     announce = None if registry is None else functools.partial(registry.register, "trainer")
     trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
+    startup = getattr(runner, "startup", None)
+    if startup is not None:
+        startup.mark("trainer")
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     runner.rank_pids = getattr(trainer.inner, "rank_pids", None)  # their heartbeats
     tokenizer = trainer.tokenizer
@@ -549,6 +552,14 @@ def train(runner: Node) -> dict[str, Any]:
             f"weight audit: {len(runner.engine_urls)} engine(s) match the trainer "
             f"({time.monotonic() - t_audit:.2f}s)"
         )
+
+    if startup is not None:
+        startup.mark("weight audit")
+    if cfg.inference.engine == "embedded":
+        _warm_decode_graphs(cfg, runner, tokenizer, startup)
+    if startup is not None:
+        log(startup.line())
+        startup.write(cfg.paths.root)
 
     verifier_for = RunVerifiers(
         cfg.rewards, cfg.judge_bindings, cfg.failure_policy, executor=cfg.executor
@@ -668,6 +679,27 @@ def done_line(out: dict[str, Any], total: int) -> str:
             when = f" (at update {update})"
         line += f", held-out evaluation {float(evaluated):.3f}{when}"
     return line
+
+
+def _warm_decode_graphs(cfg: RunConfig, runner: Node, tokenizer: Any, startup: Any) -> None:
+    """Every decode graph the run can meet, captured before the first collection."""
+    from runtime.engines.warmup import warm_up_engines
+
+    sampling = [_sampling_params(cfg, tokenizer)]
+    if cfg.evaluation.mode == "shared":  # held-out prompts go to the same engines
+        sampling.append({"temperature": cfg.evaluation.temperature})
+    answers = warm_up_engines(
+        runner.engine_urls,
+        sampling,
+        float(cfg.runtime.startup_timeout_s or 1800),
+        max_kv_len=cfg.inference.max_context_length,
+    )
+    graphs = sum(int(a.get("graphs") or 0) for a in answers.values())
+    if startup is None:
+        return
+    startup.mark("decode graph warm-up")
+    startup.details["graphs"] = graphs
+    startup.details["modes"] = sorted({m for a in answers.values() for m in a.get("modes", [])})
 
 
 def _checkpointing(cfg: RunConfig) -> bool:

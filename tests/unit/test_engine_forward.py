@@ -249,3 +249,16 @@ def test_compile_failure_falls_back_to_eager():
     got, _ = im.decode(toks, pos)
     assert im._compiled is None
     assert (got - ref).abs().max().item() < TOL
+
+
+def test_a_captured_wider_sampler_serves_narrower_batches() -> None:
+    """Greedy batches replay the sampled step's graph when only that one is captured (it
+    takes the argmax on greedy rows); nothing wider captured: the batch's own mode."""
+    from runtime.engines.embedded.forward import InferenceModel
+
+    im = InferenceModel.__new__(InferenceModel)
+    im._step_graphs = {(8, 256, "sample"): (None, None)}
+    assert im._graph_mode(8, 256, "greedy") == "sample"
+    assert im._graph_mode(8, 256, "sample") == "sample"
+    assert im._graph_mode(8, 256, "truncate") == "truncate"
+    assert im._graph_mode(4, 256, "greedy") == "greedy"

@@ -228,3 +228,30 @@ def test_http2_probe_is_not_logged_as_an_error(server, caplog):
         time.sleep(0.2)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+
+
+def test_warm_up_names_the_sampling_mode_and_generation_goes_on(server):
+    """On CPU there is nothing to capture; the mode comes from the engine's own sampler."""
+    from runtime.engines.warmup import WarmUpError, warm_up_engines
+
+    answers = warm_up_engines(
+        [server.url],
+        [{"temperature": 1.0}, {"temperature": 0.0}, {"temperature": 1.0, "top_p": 0.9}],
+        timeout_s=30.0,
+        max_kv_len=128,
+    )
+    got = answers[server.url]
+    assert got["success"] and got["graphs"] == 0
+    assert got["modes"] == ["truncate"]  # the widest sampler serves the other rows too
+    greedy = warm_up_engines([server.url], [{"temperature": 0.0}], timeout_s=30.0)
+    assert greedy[server.url]["modes"] == ["greedy"]
+    r = post(server, "/warm_up", {"sampling_params": {"temperature": 1.0}})
+    assert r.status_code == 400
+    with pytest.raises(WarmUpError, match="temperature must be >= 0"):
+        warm_up_engines([server.url], [{"temperature": -1.0}], timeout_s=30.0)
+    r = post(
+        server,
+        "/generate",
+        {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3, "temperature": 0.0}},
+    )
+    assert r.status_code == 200 and len(r.json()["output_ids"]) == 3

@@ -167,3 +167,15 @@ def test_check_source_reads_configs_only(tmp_path) -> None:
     (hf / "config.json").write_text(json.dumps({"model_type": "olmo2"}))
     with pytest.raises(ModelLoadError, match="config.json has no"):
         check_source(str(hf))
+
+
+def test_builtin_moe_trainers_never_drop_tokens() -> None:
+    """The engines are dropless; a capacity-factor trainer that drops a token's experts
+    scores another sub-network than the one that sampled it (a train/inference gap)."""
+    from runtime.models.builtin import BUILTINS
+
+    moes = [name for name, (family, _) in BUILTINS.items() if "moe" in family]
+    assert moes
+    for name in moes:
+        moe = BUILTINS[name][1](vocab_size=64).block.feed_forward_moe
+        assert moe.capacity_factor == moe.num_experts / moe.router.top_k, name

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from .forward import InferenceModel, UnsupportedModel
+from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,16 @@ class _Pause:
 
     mode: str | None
     done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _WarmUp:
+    """Capture every decode graph the given sampling modes can meet, between steps."""
+
+    modes: tuple[str, ...]
+    max_kv_len: int | None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] = field(default_factory=dict)
 
 
 # A chunked tensor publication holds admission between chunks (so no request runs on
@@ -264,6 +274,7 @@ class Engine:
         self._aborts: list[tuple[str | None, bool]] = []
         self._updates: list[_WeightUpdate] = []
         self._pauses: list[_Pause] = []
+        self._warmups: list[_WarmUp] = []
         self.pause_mode: str | None = None  # set while paused (SGLang's pause modes)
         self._tensor_hold_until: float | None = None
         self._stop = False
@@ -400,6 +411,48 @@ class Engine:
         """Resume admission and decoding (retracted requests are prefilled again first)."""
         return self._control(_Pause(None), timeout)
 
+    def warm_up(
+        self, params: list[SamplingParams], max_kv_len: int | None = None, timeout: float = 1800.0
+    ) -> dict[str, Any]:
+        """Compile and capture, now, every decode graph requests with ``params`` can meet
+        (each batch bucket x each KV-length bucket up to ``max_kv_len`` x each sampling
+        mode), so no capture happens mid-run. Runs when no request is running."""
+        wanted = {SamplingBatch.build([p], [0], self.device).mode for p in params} or {"sample"}
+        # the widest sampler serves the narrower ones (greedy rows in the sampled step):
+        # one compile instead of one per mode
+        modes = (max(wanted, key=SAMPLER_MODES.index),)
+        op = _WarmUp(modes, max_kv_len)
+        with self._lock:
+            self._warmups.append(op)
+            self._lock.notify_all()
+        if not op.done.wait(timeout):
+            return {"success": False, "message": "timed out warming up the decode graphs"}
+        return op.result
+
+    def _apply_warmups(self) -> None:
+        """Only between collections: a capture's warm-up steps write K/V in slots 0..B-1."""
+        if self._running:
+            return
+        with self._lock:
+            ops, self._warmups = self._warmups, []
+        for op in ops:
+            t0 = time.perf_counter()
+            try:
+                if self.fused_sampling:
+                    graphs = self.im.warm_step_graphs(op.modes, op.max_kv_len)
+                else:
+                    graphs = self.im.warm_graphs(op.max_kv_len)
+                op.result = {
+                    "success": True,
+                    "modes": list(op.modes),
+                    "graphs": graphs,
+                    "seconds": round(time.perf_counter() - t0, 3),
+                }
+            except Exception as exc:
+                log.exception("decode graph warm-up failed")
+                op.result = {"success": False, "message": f"warm-up failed: {exc}"}
+            op.done.set()
+
     def _control(self, op: _Pause, timeout: float) -> bool:
         with self._lock:
             self._pauses.append(op)
@@ -434,6 +487,8 @@ class Engine:
             try:
                 self._apply_aborts(aborts)
                 self._apply_pauses(pauses)
+                if self._warmups:
+                    self._apply_warmups()
                 paused = self._maybe_update()
                 if not paused and self.pause_mode is None:
                     self._admit()
@@ -454,6 +509,8 @@ class Engine:
     def _idle(self) -> bool:
         """Nothing to do until notified (caller holds the lock)."""
         if self._stop or self._aborts or self._updates or self._pauses:
+            return False
+        if self._warmups and not self._running:
             return False
         if self.pause_mode is not None:
             return True

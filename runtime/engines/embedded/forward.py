@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,8 @@ from .sampling import SamplingBatch, sample_rows
 log = logging.getLogger(__name__)
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
+# the fused step's samplers, each serving every row the ones before it serve
+SAMPLER_MODES = ("greedy", "sample", "truncate")
 
 
 class UnsupportedModel(ValueError):
@@ -240,6 +243,10 @@ class InferenceModel:
 
     def graph_keys(self) -> list[tuple[int, int]]:
         return sorted(self._graphs)
+
+    def captured_graphs(self) -> int:
+        """Decode graphs held: plain decode steps and fused decode + sampling steps."""
+        return len(self._graphs) + len(self._step_graphs)
 
     # ---- pieces -------------------------------------------------------------------------
 
@@ -560,7 +567,10 @@ class InferenceModel:
         if self.device.type != "cuda":
             raise UnsupportedModel("CUDA graphs need --device cuda")
         self.dense_moe = self.is_moe
-        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes)
+        # no batch-1 bucket by default: one request pads to 2, so every bucket shares one
+        # shape-dynamic compile (size 1 always specializes, which cost a compile of its own)
+        default = [2**i for i in range(1, 16)] if self.max_slots > 1 else None
+        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default)
         self.graph_kv_step = max(0, int(kv_step))
         self._graphs = {}
         self._graph_pool = torch.cuda.graph_pool_handle()
@@ -569,18 +579,41 @@ class InferenceModel:
         """Capture every bucket up to ``max_kv_len`` now (keeps capture out of timed runs)."""
         if not self.graph_batch_sizes:
             return 0
+        for bs in self.graph_batch_sizes:
+            for length in self._kv_buckets(max_kv_len):
+                self._graph(bs, length)
+        return len(self._graphs)
+
+    def warm_step_graphs(self, modes: Sequence[str], max_kv_len: int | None = None) -> int:
+        """The fused step's ``warm_graphs``: every batch bucket x KV-length bucket up to
+        ``max_kv_len`` x sampling mode, captured now over padding rows (greedy, position
+        0), so a run never captures mid-collection. Returns the fused graphs held."""
+        if not self.graph_batch_sizes:
+            return 0
+        import torch._dynamo
+
+        # largest bucket first, its batch dimension marked dynamic: the first compile is
+        # the shape-dynamic one every other bucket reuses (one compile per sampling mode)
+        for bs in sorted(self.graph_batch_sizes, reverse=True):
+            if bs not in self._states:
+                self._states[bs] = StepState.empty(bs, self.device)
+            if bs > 1:
+                for t in self._states[bs].tensors():
+                    torch._dynamo.maybe_mark_dynamic(t, 0)
+            for length in self._kv_buckets(max_kv_len):
+                for mode in modes:
+                    self._step_graph(bs, length, mode)
+        return len(self._step_graphs)
+
+    def _kv_buckets(self, max_kv_len: int | None) -> list[int]:
         top = min(self.cache_len, max_kv_len or self.cache_len)
-        lengths = sorted(
+        return sorted(
             {
                 kv_bucket(n, self.graph_kv_step, self.cache_len)
                 for n in range(1, top + 1, max(1, self.graph_kv_step or top))
             }
             | {kv_bucket(top, self.graph_kv_step, self.cache_len)}
         )
-        for bs in self.graph_batch_sizes:
-            for length in lengths:
-                self._graph(bs, length)
-        return len(self._graphs)
 
     def _graph(self, bs: int, length: int) -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
         key = (bs, length)
@@ -688,12 +721,23 @@ class InferenceModel:
                 bs, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
             )
         if bucket is not None and bucket[0] == bs:
-            graph, out = self._step_graph(bs, bucket[1], mode)
+            graph, out = self._step_graph(bs, bucket[1], self._graph_mode(bs, bucket[1], mode))
             graph.replay()
         else:
             out = self._run_step(self._states[bs], kv_len, mode)
         toks, lps, experts = out
         return toks[:n], lps[:n], None if experts is None else experts[:n]
+
+    def _graph_mode(self, bs: int, length: int, mode: str) -> str:
+        """``mode``, or a wider sampler already captured for the bucket: the ``sample`` step
+        takes the argmax on greedy rows and ``truncate`` leaves untruncated rows alone, so
+        the same tokens and log-probs come back without another compile."""
+        if (bs, length, mode) in self._step_graphs:
+            return mode
+        for wider in SAMPLER_MODES[SAMPLER_MODES.index(mode) + 1 :]:
+            if (bs, length, wider) in self._step_graphs:
+                return wider
+        return mode
 
     @torch.inference_mode()
     def _run_step(

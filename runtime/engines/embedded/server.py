@@ -293,10 +293,41 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["kv_cache_bytes"] = engine.im.kv_bytes()
     info["decode_cuda_graph"] = bool(engine.im.graph_batch_sizes)
     info["decode_compiled"] = engine.im.compiled
-    info["decode_graphs"] = len(engine.im.graph_keys())
+    info["decode_graphs"] = engine.im.captured_graphs()
     info["decode_capture_s"] = round(engine.im.capture_s, 3)  # compile + capture, once
     info["internal_states"] = [engine.load()]
     return web.json_response(info)
+
+
+async def _optional_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object (``{}`` without a body), or the 400 answer to send."""
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError:
+        return _error("request body must be JSON")
+    if not isinstance(body, dict):
+        return _error("request body must be a JSON object")
+    return body
+
+
+async def warm_up(request: web.Request) -> web.Response:
+    """Capture every decode graph the run's sampling settings can meet, before it starts.
+
+    Body: ``{"sampling_params": [{...}, ...], "max_kv_len": N}`` (both optional)."""
+    engine = request.app[ENGINE_KEY]
+    body = await _optional_object(request)
+    if isinstance(body, web.Response):
+        return body
+    raw = body.get("sampling_params") or [{}]
+    max_kv = body.get("max_kv_len")
+    if not isinstance(raw, list) or not (max_kv is None or isinstance(max_kv, int)):
+        return _error("sampling_params must be a list and max_kv_len an integer")
+    try:
+        params = [SamplingParams.from_json(p) for p in raw]
+    except BadRequest as exc:
+        return _error(str(exc))
+    result = await asyncio.to_thread(engine.warm_up, params, max_kv)
+    return web.json_response(result, status=200 if result.get("success") else 503)
 
 
 async def get_load(request: web.Request) -> web.Response:
@@ -346,12 +377,9 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def pause_generation(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except ValueError:
-        return _error("request body must be JSON")
-    if not isinstance(body, dict):
-        return _error("request body must be a JSON object")
+    body = await _optional_object(request)
+    if isinstance(body, web.Response):
+        return body
     try:
         applied = await asyncio.to_thread(engine.pause_generation, str(body.get("mode", "abort")))
     except BadRequest as exc:
@@ -409,6 +437,7 @@ def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
     r = app.router
     r.add_route("POST", "/generate", generate)
     r.add_route("PUT", "/generate", generate)
+    r.add_route("POST", "/warm_up", warm_up)
     r.add_get("/health", health)
     r.add_get("/health_generate", health_generate)
     r.add_post("/health_generate", health_generate)

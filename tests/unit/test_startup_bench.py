@@ -1,0 +1,45 @@
+"""The start-up breakdown and the `--bench` phase table read back from a run's record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runtime.bench import bench, run_gpus, table
+from runtime.startup import StartupClock, read_startup
+
+
+def test_clock_counts_from_the_command_and_keeps_every_phase(tmp_path: Path) -> None:
+    clock = StartupClock.from_env({"RLC_RUN_T0": "100.0", "RLC_RUN_COMPILED": "101.5"})
+    assert clock.phases[0] == ("compile", 1.5)
+    assert clock.phases[1][0] == "runtime import"
+    clock.mark("engines ready")
+    clock.details["graphs"] = 12
+    assert [n for n, _ in clock.phases] == ["compile", "runtime import", "engines ready"]
+    assert clock.line().startswith("start-up ")
+    clock.write(tmp_path)
+    back = read_startup(tmp_path)
+    assert back is not None and back["graphs"] == 12
+    assert [p["name"] for p in back["phases"]] == ["compile", "runtime import", "engines ready"]
+    # a runtime started by hand counts from its own start
+    assert StartupClock.from_env({}).phases == []
+
+
+def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -> None:
+    rows = [
+        {"collection": 0, "time/generate_s": 50.0, "time/train_s": 10.0, "time/collection_s": 61.0,
+         "tokens/generated": 1000, "tokens/total": 3000},
+        {"collection": 1, "time/generate_s": 1.0, "time/train_s": 1.0, "time/collection_s": 2.0,
+         "tokens/generated": 1000, "tokens/total": 3000},
+        {"collection": 2, "time/generate_s": 1.0, "time/train_s": 3.0, "time/collection_s": 4.0,
+         "tokens/generated": 1000, "tokens/total": 3000},
+    ]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = bench(tmp_path, gpus=2)
+    assert data["phases"]["generate_s"] == {"first": 50.0, "steady": 1.0}
+    assert data["phases"]["collection_s"] == {"first": 61.0, "steady": 3.0}
+    # (1000 generated + 3000 trained) / 2 s / 2 GPUs and / 4 s / 2 GPUs -> median 750
+    assert data["tokens_per_s_per_gpu"]["steady"] == 750.0
+    text = table(data)
+    assert "steady (median of 2)" in text and "tokens/s/GPU (2)" in text
+    assert run_gpus({"used_gpus": 0}) == 1 and run_gpus({"used_gpus": 8}) == 8
