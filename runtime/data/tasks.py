@@ -19,7 +19,15 @@ from typing import Any
 from runtime.data.records import Prompt
 from runtime.data.wrappers import resolve_wrapper, wrap
 
-TASKS: tuple[str, ...] = ("gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic")
+TASKS: tuple[str, ...] = (
+    "gsm8k",
+    "math",
+    "ifeval",
+    "code",
+    "multiplication",
+    "arithmetic",
+    "addition",
+)
 
 
 class DataError(ValueError):
@@ -440,6 +448,41 @@ def load_multiplication(entry: Mapping[str, Any], seed: int) -> TaskData:
     return TaskData("multiplication", draw("train", tc), draw("eval", ec), [])
 
 
+def load_addition(entry: Mapping[str, Any], seed: int) -> TaskData:
+    """n-digit + m-digit sums (``digits = [n, m]``, default [2, 2]): too long for a tiny
+    model to add in its head, one calculator call away (the ``addition`` verifier scores
+    the whole multi-turn trajectory)."""
+    digits = entry.get("digits") or (2, 2)
+    if len(digits) != 2 or not all(isinstance(d, int) and 1 <= d <= 18 for d in digits):
+        raise DataError(f"addition digits must be two integers 1..18, got {digits!r}")
+    n, m = digits
+    tc, ec = _gen_counts(entry, 1000)
+    wrapper = resolve_wrapper(entry.get("prompt_wrapper"), "addition")
+
+    def num(rng: random.Random, d: int) -> int:
+        return rng.randrange(10 ** (d - 1) if d > 1 else 0, 10**d)
+
+    def draw(split: str, count: int) -> list[Prompt]:
+        rng = random.Random(f"addition:{seed}:{split}:{n}+{m}")
+        out = []
+        for i in range(count):
+            a, b = num(rng, n), num(rng, m)
+            p = _mk(
+                "addition",
+                f"addition:{split}:{i}",
+                f"{a}+{b}=",
+                wrapper,
+                str(a + b),
+                "addition",
+                {"split": split, "digits": [n, m]},
+            )
+            p.metadata["raw"] = True
+            out.append(p)
+        return out
+
+    return TaskData("addition", draw("train", tc), draw("eval", ec), [])
+
+
 LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
     "gsm8k": load_gsm8k,
     "math": load_math,
@@ -447,6 +490,7 @@ LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
     "code": load_code,
     "multiplication": load_multiplication,
     "arithmetic": load_arithmetic,
+    "addition": load_addition,
 }
 
 
