@@ -147,14 +147,14 @@ class EpisodeRunner:
             out = self.tools.run(call.tool, call.arguments)
             traj.tool_calls += 1
             traj.tool_errors += 0 if out.ok else 1
-            result_text = env.render_result(out.text)
-            result_ids = self.codec.encode(result_text)
-            room = budget - len(traj.response_ids)
-            if len(result_ids) >= room:
-                traj.add_tool(result_ids[: max(room, 0)], self.codec.decode(result_ids[:room]))
+            result_ids = self.codec.encode(env.render_result(out.text))
+            room = max(budget - len(traj.response_ids), 0)
+            if len(result_ids) >= room:  # the budget ends inside the tool output
+                traj.add_tool(result_ids[:room], self.codec.decode(result_ids[:room]))
                 traj.finish_reason = "length"
                 return traj
-            traj.add_tool(result_ids, result_text)
+            # the text as the policy sees it (a small vocabulary may not spell every char)
+            traj.add_tool(result_ids, self.codec.decode(result_ids))
             params = {**sampling, "max_new_tokens": budget - len(traj.response_ids)}
             context = [*prompt_ids, *traj.response_ids]
             (resp,) = _one(generate(context, params, [turn_seed(seed, traj.turns)]))

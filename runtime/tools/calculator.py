@@ -9,6 +9,7 @@ input can run code, allocate without bound or take long.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -90,9 +91,10 @@ def _eval(node: ast.AST) -> Fraction:
             # both factors are bounded, so this check runs before a huge product is made
             if len(str(left.numerator)) + len(str(right.numerator)) > MAX_DIGITS + 1:
                 raise CalculatorError(f"result has more than {MAX_DIGITS} digits")
-        if isinstance(node.op, ast.Pow) and abs(left) > 1:
-            digits = len(str(abs(left.numerator))) * abs(int(right)) if right.denominator == 1 else 0
-            if digits > MAX_DIGITS + 1:
+        if isinstance(node.op, ast.Pow) and right.denominator == 1 and abs(right) <= MAX_EXPONENT:
+            # estimated from logarithms before the power is made
+            size = max(math.log10(abs(left.numerator) or 1), math.log10(left.denominator))
+            if size * abs(int(right)) > MAX_DIGITS:
                 raise CalculatorError(f"result has more than {MAX_DIGITS} digits")
         return _check(_BINARY[type(node.op)](left, right))
     raise CalculatorError(f"unsupported expression element: {type(node).__name__}")
