@@ -130,13 +130,13 @@ def build_tools_tokenizer() -> Tokenizer:
     """The 22-token tokenizer of ``builtin:tiny-tools`` (multi-digit arithmetic with a
     calculator tool). Every token but end of text decodes to visible text."""
     vocab: dict[str, int] = {}
-    for tok in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_TOOL_CHARS, *TOOL_TAGS]:
-        vocab[tok] = len(vocab)
-    tok = HFTokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(_TOOL_SPLIT), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([ENDOFTEXT])
-    return Tokenizer(tok, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, chat_template=None)
+    for piece in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_TOOL_CHARS, *TOOL_TAGS]:
+        vocab[piece] = len(vocab)
+    backend = HFTokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(_TOOL_SPLIT), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([ENDOFTEXT])
+    return Tokenizer(backend, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, chat_template=None)
 
 
 def builtin_tokenizer(source: str) -> Tokenizer:

@@ -112,7 +112,9 @@ class EpisodeRunner:
         prompt_text = self.codec.decode(prompt_ids)
 
         def one(i: int) -> Trajectory:
-            return self._episode(generate, prompt_ids, prompt_text, sampling, seeds[i], first[i], version)
+            return self._episode(
+                generate, prompt_ids, prompt_text, sampling, seeds[i], first[i], version
+            )
 
         workers = min(self.concurrency, len(seeds))
         if workers <= 1:
@@ -178,4 +180,3 @@ def make_codec(tokenizer: Any) -> TextCodec:
             return str(tokenizer.decode(list(ids)))
 
     return _Codec()
-

@@ -77,6 +77,18 @@ def _number(node: ast.Constant) -> Fraction:
     return Fraction(value)
 
 
+def _refuse_huge(op: ast.operator, left: Fraction, right: Fraction) -> None:
+    """Refuse a product or power whose result would be too large, before it is computed."""
+    size = 0.0
+    if isinstance(op, ast.Mult) and left and right:
+        size = len(str(abs(left.numerator))) + len(str(abs(right.numerator))) - 1.0
+    elif isinstance(op, ast.Pow) and right.denominator == 1 and abs(right) <= MAX_EXPONENT:
+        base = max(math.log10(abs(left.numerator) or 1), math.log10(left.denominator))
+        size = base * abs(int(right))
+    if size > MAX_DIGITS:
+        raise CalculatorError(f"result has more than {MAX_DIGITS} digits")
+
+
 def _eval(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Expression):
         return _eval(node.body)
@@ -87,15 +99,7 @@ def _eval(node: ast.AST) -> Fraction:
         return value if isinstance(node.op, ast.UAdd) else -value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Mult) and left and right:
-            # both factors are bounded, so this check runs before a huge product is made
-            if len(str(left.numerator)) + len(str(right.numerator)) > MAX_DIGITS + 1:
-                raise CalculatorError(f"result has more than {MAX_DIGITS} digits")
-        if isinstance(node.op, ast.Pow) and right.denominator == 1 and abs(right) <= MAX_EXPONENT:
-            # estimated from logarithms before the power is made
-            size = max(math.log10(abs(left.numerator) or 1), math.log10(left.denominator))
-            if size * abs(int(right)) > MAX_DIGITS:
-                raise CalculatorError(f"result has more than {MAX_DIGITS} digits")
+        _refuse_huge(node.op, left, right)
         return _check(_BINARY[type(node.op)](left, right))
     raise CalculatorError(f"unsupported expression element: {type(node).__name__}")
 

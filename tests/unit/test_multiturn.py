@@ -15,7 +15,7 @@ import pytest
 
 from runtime.executor.settings import ExecutorSettings
 from runtime.models.tokenizer import build_tools_tokenizer
-from runtime.rollout.collect import CollectSettings, Collector, tool_summary
+from runtime.rollout.collect import Collector, CollectSettings, tool_summary
 from runtime.rollout.driver import TrainerAdapter
 from runtime.rollout.environment import Environment
 from runtime.rollout.loop import mismatch
@@ -114,7 +114,9 @@ def test_an_untrained_sample_has_no_loss_anywhere() -> None:
 
 def test_a_turn_without_a_call_ends_the_episode() -> None:
     engine = Script([reply("=82", eos=True)])
-    (traj,) = runner().run_group(engine, TOK.encode("<calculator>37+45"), {"max_new_tokens": 8}, [1], 0)
+    (traj,) = runner().run_group(
+        engine, TOK.encode("<calculator>37+45"), {"max_new_tokens": 8}, [1], 0
+    )
     assert (traj.turns, traj.tool_calls) == (1, 0) and traj.loss_mask == [1] * 4
     assert len(engine.requests) == 1
 
@@ -123,11 +125,15 @@ def test_the_turn_limit_and_the_budget_end_an_episode() -> None:
     # the last allowed turn ends with a call: it never runs
     engine = Script([reply("</calculator>")])
     env1 = Environment(max_turns=1, tools=("calculator",))
-    (traj,) = runner(env1).run_group(engine, TOK.encode("<calculator>1+1"), {"max_new_tokens": 8}, [1], 0)
+    (traj,) = runner(env1).run_group(
+        engine, TOK.encode("<calculator>1+1"), {"max_new_tokens": 8}, [1], 0
+    )
     assert traj.finish_reason == "max_turns" and traj.tool_calls == 0
     # tool output beyond the response budget is cut there, and the episode ends
     engine = Script([reply("</calculator>")])
-    (traj,) = runner().run_group(engine, TOK.encode("<calculator>37+45"), {"max_new_tokens": 3}, [1], 0)
+    (traj,) = runner().run_group(
+        engine, TOK.encode("<calculator>37+45"), {"max_new_tokens": 3}, [1], 0
+    )
     assert traj.finish_reason == "length" and len(traj.response_ids) == 3
     assert traj.loss_mask == [1, 0, 0] and traj.text == "</calculator><output>8"
 
@@ -153,7 +159,9 @@ def test_a_group_runs_every_sample_as_its_own_episode() -> None:
     class P:
         id, verifier, target, metadata = "addition:train:0", "addition", "82", {}
 
-    collector = Collector(engine, lambda p: TOK.encode("<calculator>37+45"), None, settings, episodes)  # type: ignore[arg-type]
+    collector = Collector(
+        engine, lambda p: TOK.encode("<calculator>37+45"), None, settings, episodes
+    )  # type: ignore[arg-type]
     group = collector.generate_groups([P()], version=5)[0]
     assert [s.turns for s in group.samples] == [2, 1, 2]
     assert [s.tool_calls for s in group.samples] == [1, 0, 1]
@@ -177,7 +185,14 @@ def test_mismatch_skips_tool_output() -> None:
 def test_environment_from_the_manifest() -> None:
     assert not Environment.from_config({}).multi_turn
     env = Environment.from_config(
-        {"environment": {"max_turns": 3, "tools": ["python"], "call_open": "<tool:{tool}>", "call_close": "</tool>"}}
+        {
+            "environment": {
+                "max_turns": 3,
+                "tools": ["python"],
+                "call_open": "<tool:{tool}>",
+                "call_close": "</tool>",
+            }
+        }
     )
     assert env.multi_turn and env.stop_strings() == ["</tool>"]
     call = env.find_call("think <tool:python>print(1)</tool>\n")
@@ -185,7 +200,9 @@ def test_environment_from_the_manifest() -> None:
     assert env.find_call("<tool:python>print(1)</tool> and more") is None
     assert env.find_call("print(1)</tool>") is None  # nothing opened it
     assert env.render_result("x" * 300).startswith("<output>" + "x" * 256 + "...")
-    final = Environment(max_turns=3, tools=("calculator",), stop="final_answer", final_answer_pattern=r"ANSWER: \d+")
+    final = Environment(
+        max_turns=3, tools=("calculator",), stop="final_answer", final_answer_pattern=r"ANSWER: \d+"
+    )
     assert final.is_final("so ANSWER: 82") and not final.is_final("82")
     for bad in (
         {"tools": ["search"]},
