@@ -509,7 +509,12 @@ class GRPOLoop:
                 "policy_version": s.policy_version,
                 "finish_reason": s.finish_reason,
                 "response_tokens": len(s.response_ids),
-                **({"turns": s.turns, "tool_calls": s.tool_calls} if s.turns > 1 else {}),
+                # multi-turn samples (they carry a loss mask): the episode's shape
+                **(
+                    {"turns": s.turns, "tool_calls": s.tool_calls}
+                    if s.loss_mask is not None
+                    else {}
+                ),
             }
             for g in groups
             for s in g.samples
