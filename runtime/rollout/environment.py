@@ -17,6 +17,7 @@ from typing import Any
 
 TOOLS = ("calculator", "python")
 STOPS = ("no_tool_call", "final_answer")
+TRAILING_CHARS = 3  # a BPE token may end a few characters after a closing tag
 
 
 @dataclass(frozen=True)
@@ -90,16 +91,18 @@ class Environment:
         return list(dict.fromkeys(self.closing(t) for t in self.tools))
 
     def find_call(self, text: str) -> ToolCall | None:
-        """The call ``text`` ends with: its last closing tag, if nothing but whitespace
-        follows it, and the last opening tag of the same tool before it."""
+        """The call ``text`` ends with: its last closing tag, and the last opening tag of
+        the same tool before it. After the closing tag only whitespace and at most
+        ``TRAILING_CHARS`` other characters may follow: the rest of the token that completed
+        the tag (the engines stop there)."""
         stripped = text.rstrip()
         best: ToolCall | None = None
         best_end = -1
         for tool in self.tools:
             close = self.closing(tool)
-            if not stripped.endswith(close):
+            end = stripped.rfind(close)
+            if end < 0 or len(stripped) - end - len(close) > TRAILING_CHARS:
                 continue
-            end = len(stripped) - len(close)
             start = stripped.rfind(self.opening(tool), 0, end)
             if start < 0 or end <= best_end:
                 continue

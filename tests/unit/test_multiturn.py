@@ -198,6 +198,9 @@ def test_environment_from_the_manifest() -> None:
     call = env.find_call("think <tool:python>print(1)</tool>\n")
     assert call is not None and (call.tool, call.arguments) == ("python", "print(1)")
     assert env.find_call("<tool:python>print(1)</tool> and more") is None
+    # the token that completed the tag may carry a few more characters
+    merged = env.find_call("<tool:python>print(2)</tool>.\n")
+    assert merged is not None and merged.arguments == "print(2)"
     assert env.find_call("print(1)</tool>") is None  # nothing opened it
     assert env.render_result("x" * 300).startswith("<output>" + "x" * 256 + "...")
     final = Environment(
@@ -218,3 +221,37 @@ def test_turn_seeds_are_stable() -> None:
     assert turn_seed(99, 0) == 99
     assert turn_seed(99, 1) == turn_seed(99, 1) != turn_seed(99, 2)
     assert 0 <= turn_seed(2**31 - 1, 5) < 2**31
+
+
+def test_a_python_call_runs_in_the_sandboxed_executor() -> None:
+    """An episode whose call is Python: the real executor runs it, its stdout is the output."""
+    from runtime.models.tokenizer import build_builtin_tokenizer
+
+    tok = build_builtin_tokenizer()
+    env = Environment(max_turns=2, tools=("python",), tool_timeout_s=5.0)
+    tools = ToolBox(env.tools, ExecutorSettings(workers=1), env.tool_timeout_s)
+
+    def said(text: str) -> dict:
+        ids = tok.encode(text)
+        return {
+            "text": text,
+            "output_ids": ids,
+            "meta_info": {
+                "finish_reason": {"type": "stop", "matched": "</python>"},
+                "output_token_logprobs": [[-1.0, t, None] for t in ids],
+            },
+        }
+
+    engine = Script([said("<python>print(6*7)</python>")], [said("42")])
+    try:
+        episodes = EpisodeRunner(env, tools, make_codec(tok))
+        (traj,) = episodes.run_group(engine, tok.encode("6*7="), {"max_new_tokens": 64}, [5], 0)
+    finally:
+        tools.close()
+    assert traj.text == "<python>print(6*7)</python><output>42</output>42"
+    assert (traj.tool_calls, traj.tool_errors, traj.turns) == (1, 0, 2)
+    n_call, n_out = (
+        len(tok.encode("<python>print(6*7)</python>")),
+        len(tok.encode("<output>42</output>")),
+    )
+    assert traj.loss_mask == [1] * n_call + [0] * n_out + [1] * len(tok.encode("42"))
