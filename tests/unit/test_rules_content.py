@@ -714,6 +714,15 @@ CASES: list[tuple[str, str, str]] = [
         '[model]\nsource = "builtin:tiny-moe"\n' + TOOLS + "[trainer]\nrouter_replay = false\n",
     ),
     (
+        "environment-prefix-cache",
+        GPU
+        + '[environment]\ntools = ["calculator"]\nmax_turns = 2  # <-\n'
+        + '[inference]\nengine = "sglang"\ngpus = 1\n',
+        GPU
+        + '[environment]\ntools = ["calculator"]\nmax_turns = 2\n'
+        + '[inference]\nengine = "sglang"\ngpus = 1\nradix_cache = true\n',
+    ),
+    (
         "environment-single-turn-eval",
         TASKS_EVAL + TOOLS + "[training]\neval_interval = 5  # <-\n",
         TASKS_EVAL + "[training]\neval_interval = 5\n",
