@@ -255,3 +255,28 @@ def test_a_python_call_runs_in_the_sandboxed_executor() -> None:
         len(tok.encode("<output>42</output>")),
     )
     assert traj.loss_mask == [1] * n_call + [0] * n_out + [1] * len(tok.encode("42"))
+
+
+def test_refresh_publication_versions_span_the_turns() -> None:
+    """Async refresh publication: each policy token keeps the version it was sampled under,
+    tool tokens take the version of the token before them, the sample ages by its oldest."""
+    first = reply("</calculator>")
+    first["meta_info"]["weight_versions"] = [{"version": "4", "start": 0, "end": 1}]
+    second = reply("82", eos=True)
+    second["meta_info"]["weight_versions"] = [{"version": "5", "start": 0, "end": 3}]
+    engine = Script([first], [second])
+    settings = CollectSettings(1, {"max_new_tokens": 8}, run_seed=0, token_versions=True)
+
+    class P:
+        id, verifier, target, metadata = "addition:train:1", "addition", "82", {}
+
+    collector = Collector(
+        engine,
+        lambda p: TOK.encode("<calculator>37+45"),
+        None,  # type: ignore[arg-type]
+        settings,
+        runner(),
+    )
+    (sample,) = collector.generate_groups([P()], version=5)[0].samples
+    assert sample.token_versions == [4, 4, 4, 4, 4, 5, 5, 5]
+    assert sample.policy_version == 4
