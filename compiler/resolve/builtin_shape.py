@@ -17,6 +17,15 @@ from compiler.spec.constants import BUILTIN_MODELS
 TEXT_TOKENIZER_VOCAB = 704
 DIGIT_TOKENIZER_VOCAB = 26
 DIGIT_BUILTINS = frozenset({"tiny-digits"})
+TOOL_TOKENIZER_VOCAB = 22
+TOOL_BUILTINS = frozenset({"tiny-tools"})
+
+
+def tokenizer_vocab(base: str) -> int:
+    """The vocabulary of the tokenizer a builtin named ``base`` is built with."""
+    if base in TOOL_BUILTINS:
+        return TOOL_TOKENIZER_VOCAB
+    return DIGIT_TOKENIZER_VOCAB if base in DIGIT_BUILTINS else TEXT_TOKENIZER_VOCAB
 
 
 def builtin_info(source: str) -> dict[str, Any]:
@@ -29,7 +38,7 @@ def builtin_info(source: str) -> dict[str, Any]:
     if not listed:
         return {}
     info = dict(listed)
-    vocab = DIGIT_TOKENIZER_VOCAB if base in DIGIT_BUILTINS else TEXT_TOKENIZER_VOCAB
+    vocab = tokenizer_vocab(base)
     for part in query.split("&"):
         key, _, val = part.partition("=")
         if key == "vocab_size" and val.isdigit():

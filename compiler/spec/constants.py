@@ -32,6 +32,17 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
         "vocab": 26,
         "description": "2-layer dense model, 26-token digit tokenizer: single-digit arithmetic (quickstart)",
     },
+    "tiny-tools": {
+        "architecture": "dense",
+        "params": 285_312,
+        "layers": 2,
+        "hidden": 128,
+        "kv_heads": 4,
+        "head_dim": 32,
+        "ffn_hidden": 192,
+        "vocab": 22,
+        "description": "tiny-digits' shape, 22-token tool tokenizer: arithmetic with a calculator tool",
+    },
     "small": {
         "architecture": "dense",
         "params": 3_576_064,

@@ -32,6 +32,7 @@ _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_
 _BEAKER = "beaker:compiler.emit.beaker:_common"
 _RENDER = "beaker:compiler.emit.beaker:render_beaker"
 _EVAL_JOB = "beaker:compiler.emit.beaker:render_beaker"
+_ENV = "runtime:runtime.rollout.environment:Environment.from_config"
 
 CONSUMERS: dict[str, tuple[str, ...]] = {
     # top level
@@ -235,7 +236,10 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
     "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
-    "rewards.code.endpoint": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
+    "rewards.code.endpoint": (
+        "runtime:runtime.rewards.code:CodeVerifier.__init__",
+        "runtime:runtime.tools.runners:PythonTool.__init__",
+    ),
     "rewards.code.time_limit_s": (_EXECUTOR_LIMITS,),
     "rewards.code.memory_limit_mb": (_EXECUTOR_LIMITS,),
     "rewards.code.max_processes": (_EXECUTOR_LIMITS,),
@@ -252,6 +256,16 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "runtime:runtime.rollout.shaping:Shaping.from_config",
     ),
     "rewards.length_penalty.coef": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    # [environment]: multi-turn tool use (runtime.rollout.multiturn carries it out)
+    "environment.max_turns": (_ENV, "runtime:runtime.rollout.multiturn:EpisodeRunner._episode"),
+    "environment.tools": (_ENV, "runtime:runtime.rollout.driver:_make_episodes"),
+    "environment.call_open": (_ENV,),
+    "environment.call_close": (_ENV,),
+    "environment.result_template": (_ENV,),
+    "environment.stop": (_ENV,),
+    "environment.final_answer_pattern": (_ENV,),
+    "environment.max_tool_output_chars": (_ENV,),
+    "environment.tool_timeout_s": (_ENV, "runtime:runtime.rollout.driver:_make_episodes"),
     # [judges.NAME] (managed | external), [rubrics.NAME], [judging.bindings.VERIFIER]
     "judges": ("runtime:runtime.config:_judge_bindings",),
     "judges.*.mode": ("runtime:runtime.config:_judge_bindings",),

@@ -8,9 +8,16 @@ from pydantic import Field
 
 from compiler.spec._base import Section, fld
 
-TaskName = Literal["gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic"]
+TaskName = Literal["gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic", "addition"]
 PromptWrapper = Literal[
-    "none", "auto", "boxed", "open_instruct_rlzero_answer", "gsm8k", "rlzero", "code"
+    "none",
+    "auto",
+    "boxed",
+    "open_instruct_rlzero_answer",
+    "gsm8k",
+    "rlzero",
+    "code",
+    "calculator_call",
 ]
 
 
@@ -19,7 +26,7 @@ class TaskEntry(Section):
     path: str | None = fld(
         None,
         description="local data file (JSONL/parquet) for the task; generated tasks "
-        "(arithmetic, multiplication) need none",
+        "(arithmetic, multiplication, addition) need none",
     )
     train_count: int | None = fld(None, description="training prompts to take (null: all)", ge=1)
     eval_count: int | None = fld(
@@ -31,7 +38,8 @@ class TaskEntry(Section):
     weight: float = fld(1.0, description="sampling weight relative to the other tasks", gt=0.0)
     digits: list[int] | None = fld(
         None,
-        description="multiplication only: digits of the two factors, e.g. [2, 2] (null: [2, 2])",
+        description="multiplication and addition only: digits of the two operands, e.g. "
+        "[2, 2] (null: [2, 2])",
         min_length=2,
         max_length=2,
     )

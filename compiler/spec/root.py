@@ -11,6 +11,7 @@ from compiler.spec.async_ import AsyncSection
 from compiler.spec.checkpoint import CheckpointSection
 from compiler.spec.compiler_cache import CompilerCacheSection
 from compiler.spec.data import DataSection
+from compiler.spec.environment import EnvironmentSection
 from compiler.spec.evaluation import EvaluationSection
 from compiler.spec.inference import InferenceSection
 from compiler.spec.judges import Judge, JudgeName, JudgingSection, Rubric
@@ -75,6 +76,9 @@ class Spec(Section):
         default={}, validate_default=True, description="checkpoints"
     )
     rewards: RewardsSection = Field(default={}, validate_default=True, description="verifiers")
+    environment: EnvironmentSection = Field(
+        default={}, validate_default=True, description="multi-turn tool use"
+    )
     judges: dict[JudgeName, Judge] = Field(default={}, description="LLM judge services")
     rubrics: dict[str, Rubric] = Field(default={}, description="judge rubric profiles")
     judging: JudgingSection = Field(
@@ -110,6 +114,7 @@ SECTIONS: dict[str, type[Section]] = {
     "async": AsyncSection,
     "checkpoint": CheckpointSection,
     "rewards": RewardsSection,
+    "environment": EnvironmentSection,
     "evaluation": EvaluationSection,
     "tracking": TrackingSection,
     "compiler_cache": CompilerCacheSection,

@@ -19,7 +19,15 @@ from typing import Any
 from runtime.data.records import Prompt
 from runtime.data.wrappers import resolve_wrapper, wrap
 
-TASKS: tuple[str, ...] = ("gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic")
+TASKS: tuple[str, ...] = (
+    "gsm8k",
+    "math",
+    "ifeval",
+    "code",
+    "multiplication",
+    "arithmetic",
+    "addition",
+)
 
 
 class DataError(ValueError):
@@ -412,37 +420,57 @@ def load_arithmetic(
     return TaskData("arithmetic", draw("train", tc), draw("eval", ec), [])
 
 
-def load_multiplication(entry: Mapping[str, Any], seed: int) -> TaskData:
-    """n-digit x m-digit products (``digits = [n, m]``, default [2, 2])."""
+def _two_operand_task(
+    entry: Mapping[str, Any],
+    seed: int,
+    task: str,
+    symbol: str,
+    rng_tag: str,
+    apply: Callable[[int, int], int],
+) -> TaskData:
+    """Seeded ``a<symbol>b=`` problems with ``digits = [n, m]`` digit operands (default
+    [2, 2]), 1000 training prompts unless ``train_count`` says otherwise."""
     digits = entry.get("digits") or (2, 2)
     if len(digits) != 2 or not all(isinstance(d, int) and 1 <= d <= 18 for d in digits):
-        raise DataError(f"multiplication digits must be two integers 1..18, got {digits!r}")
+        raise DataError(f"{task} digits must be two integers 1..18, got {digits!r}")
     n, m = digits
     tc, ec = _gen_counts(entry, 1000)
-    wrapper = resolve_wrapper(entry.get("prompt_wrapper"), "multiplication")
+    wrapper = resolve_wrapper(entry.get("prompt_wrapper"), task)
 
     def num(rng: random.Random, d: int) -> int:
         return rng.randrange(10 ** (d - 1) if d > 1 else 0, 10**d)
 
     def draw(split: str, count: int) -> list[Prompt]:
-        rng = random.Random(f"multiplication:{seed}:{split}:{n}x{m}")
+        rng = random.Random(f"{task}:{seed}:{split}:{n}{rng_tag}{m}")
         out = []
         for i in range(count):
             a, b = num(rng, n), num(rng, m)
             p = _mk(
-                "multiplication",
-                f"multiplication:{split}:{i}",
-                f"{a}*{b}=",
+                task,
+                f"{task}:{split}:{i}",
+                f"{a}{symbol}{b}=",
                 wrapper,
-                str(a * b),
-                "multiplication",
+                str(apply(a, b)),
+                task,
                 {"split": split, "digits": [n, m]},
             )
             p.metadata["raw"] = True
             out.append(p)
         return out
 
-    return TaskData("multiplication", draw("train", tc), draw("eval", ec), [])
+    return TaskData(task, draw("train", tc), draw("eval", ec), [])
+
+
+def load_multiplication(entry: Mapping[str, Any], seed: int) -> TaskData:
+    """n-digit x m-digit products (``digits = [n, m]``, default [2, 2])."""
+    return _two_operand_task(entry, seed, "multiplication", "*", "x", lambda a, b: a * b)
+
+
+def load_addition(entry: Mapping[str, Any], seed: int) -> TaskData:
+    """n-digit + m-digit sums (``digits = [n, m]``, default [2, 2]): too long for a tiny
+    model to add in its head, one calculator call away (the ``addition`` verifier scores
+    the whole multi-turn trajectory)."""
+    return _two_operand_task(entry, seed, "addition", "+", "+", lambda a, b: a + b)
 
 
 LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
@@ -452,6 +480,7 @@ LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
     "code": load_code,
     "multiplication": load_multiplication,
     "arithmetic": load_arithmetic,
+    "addition": load_addition,
 }
 
 

@@ -4,7 +4,10 @@
 for the final answer in ``\\boxed{}`` (the rlzero/SimpleRL convention the math verifier
 extracts); ``open_instruct_rlzero_answer`` is the compiler's name for the rlzero-style
 boxed-answer instruction (our wording); ``gsm8k`` asks for ``#### N``; ``rlzero`` is the R1-Zero style plain-text
-conversation (fed without a chat template); ``code`` asks for one Python code block.
+conversation (fed without a chat template); ``code`` asks for one Python code block;
+``calculator_call`` writes an arithmetic question (its trailing ``=`` dropped) as an opened
+calculator call, ``<calculator>37+45``, fed without a chat template: the policy runs the
+tool by closing the call (``[environment]``'s default syntax) or answers on its own.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ WRAPPERS: tuple[str, ...] = (
     "gsm8k",
     "rlzero",
     "code",
+    "calculator_call",
 )
 
 # What ``auto`` means for each task.
@@ -48,6 +52,7 @@ AUTO: dict[str, str] = {
     "code": "code",
     "arithmetic": "none",
     "multiplication": "none",
+    "addition": "none",
 }
 
 
@@ -77,6 +82,8 @@ def wrap(question: str, wrapper: str, *, stdio: bool = False) -> tuple[str, bool
         return question + GSM8K_SUFFIX, False
     if wrapper == "rlzero":
         return RLZERO_TEMPLATE.format(question=question), True
+    if wrapper == "calculator_call":
+        return "<calculator>" + question.rstrip().removesuffix("="), True
     if wrapper == "code":
         return (STDIO_PREFIX if stdio else CODE_PREFIX) + question, False
     raise UnknownWrapper(f"unknown prompt_wrapper {wrapper!r}")

@@ -103,6 +103,8 @@ BUILTINS: dict[str, tuple[str, Callable[..., TransformerConfig]]] = {
     # the quickstart's model, over the 26-token digit tokenizer; twice tiny's width: in one
     # seeded comparison it reached a reward of 0.5 in about a third of the GRPO steps of d 64
     "tiny-digits": ("dense", _olmo3_like(128, 2, 4, 192, 16)),
+    # tiny-digits' shape over the 22-token tool tokenizer (multi-turn tool-use runs)
+    "tiny-tools": ("dense", _olmo3_like(128, 2, 4, 192, 16)),
     "small": ("dense", _olmo3_like(256, 4, 4, 704, 64)),
     "olmo3-190m": ("dense", _olmo_core_named(TransformerConfig.olmo3_190M)),
     "olmo3-1b": ("dense", _olmo_core_named(TransformerConfig.olmo3_1B)),

@@ -117,10 +117,33 @@ def build_digits_tokenizer() -> Tokenizer:
 # Builtin models that use the digit tokenizer instead of the text one.
 DIGIT_BUILTINS = frozenset({"tiny-digits"})
 
+# The tool tokenizer (``builtin:tiny-tools``): digits, arithmetic, and the calculator call
+# and tool-result tags of the default ``[environment]`` syntax as whole tokens, so a call
+# (``</calculator>``) or the end of a tool result is one token a random-init model samples.
+TOOL_TAGS = ["<calculator>", "</calculator>", "<output>", "</output>"]
+_TOOL_CHARS = ["+", "-", "*", "=", " ", "\n"]
+_TOOL_SPLIT = "|".join(tag.replace("/", "\\/") for tag in TOOL_TAGS) + r"|\d|\s|[^\s\d]"
+TOOL_BUILTINS = frozenset({"tiny-tools"})
+
+
+def build_tools_tokenizer() -> Tokenizer:
+    """The 22-token tokenizer of ``builtin:tiny-tools`` (multi-digit arithmetic with a
+    calculator tool). Every token but end of text decodes to visible text."""
+    vocab: dict[str, int] = {}
+    for piece in [ENDOFTEXT, UNK, *(str(n) for n in range(10)), *_TOOL_CHARS, *TOOL_TAGS]:
+        vocab[piece] = len(vocab)
+    backend = HFTokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(_TOOL_SPLIT), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([ENDOFTEXT])
+    return Tokenizer(backend, eos_token=ENDOFTEXT, pad_token=ENDOFTEXT, chat_template=None)
+
 
 def builtin_tokenizer(source: str) -> Tokenizer:
     """The tokenizer of a ``builtin:NAME[?overrides]`` source."""
     base = source.removeprefix("builtin:").partition("?")[0]
+    if base in TOOL_BUILTINS:
+        return build_tools_tokenizer()
     return build_digits_tokenizer() if base in DIGIT_BUILTINS else build_builtin_tokenizer()
 
 

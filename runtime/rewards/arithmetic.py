@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runtime.rewards.base import RewardResult, Verifier, register
-from runtime.rewards.numbers import first_number, parse_number
+from runtime.rewards.numbers import first_number, numbers_in, parse_number
 
 
 class _FirstNumberVerifier(Verifier):
@@ -62,3 +62,29 @@ class ArithmeticVerifier(_FirstNumberVerifier):
 @register("multiplication")
 class MultiplicationVerifier(_FirstNumberVerifier):
     """n-digit x m-digit multiplication."""
+
+
+@register("addition")
+class AdditionVerifier(Verifier):
+    """Multi-digit addition, where a tool may do the sum: the whole trajectory is scored.
+
+    The answer is the trajectory's last number (a tool result counts: "the calculator says
+    82" is an answer when the policy stops after it). 1.0 for the sum as the last number of
+    a trajectory that ended with the stop token; 0.25 when the sum appears but something
+    else follows it or the episode did not stop (the same shaping as `ArithmeticVerifier`:
+    the partial credit is found first, stopping after it is the only way up); 0 otherwise.
+    """
+
+    def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
+        gold = parse_number(str(target))
+        if gold is None:
+            return RewardResult(0.0, ok=False, failure=f"unparseable target {target!r}")
+        found = [parse_number(n) for n in numbers_in(response)]
+        stopped = metadata.get("finish_reason", "stop") == "stop"
+        if found and found[-1] == gold and stopped:
+            score = 1.0
+        elif gold in found:
+            score = 0.25
+        else:
+            score = 0.0
+        return RewardResult(score, detail={"answer": str(gold)})

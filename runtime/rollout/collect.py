@@ -31,6 +31,19 @@ class GroupGenerator(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
+class EpisodesLike(Protocol):
+    """Runs a group's multi-turn episodes (`runtime.rollout.multiturn.EpisodeRunner`)."""
+
+    def run_group(
+        self,
+        generate: GroupGenerator,
+        prompt_ids: list[int],
+        params: dict[str, Any],
+        seeds: list[int],
+        version: int,
+    ) -> Sequence[Any]: ...
+
+
 def sample_seed(run_seed: int, prompt_id: str, index: int, salt: str = "") -> int:
     """A stable 31-bit seed for one sample (independent of order and engine)."""
     h = hashlib.sha256(f"{run_seed}:{prompt_id}:{index}:{salt}".encode()).digest()
@@ -121,17 +134,21 @@ class Collector:
         render: Callable[[Any], list[int]],
         verifier_for: Callable[[str], Verifier],
         settings: CollectSettings,
+        episodes: EpisodesLike | None = None,
     ) -> None:
         self.generate = generate
         self.render = render
         self.verifier_for = verifier_for
         self.s = settings
+        self.episodes = episodes  # multi-turn tool use (``[environment]``); None: one turn
 
     def _one_group(self, prompt: Any, version: int, salt: str) -> Group:
         ids = self.render(prompt)
         n = self.s.samples_per_prompt
         base = sample_seed(self.s.run_seed, prompt.id, 0, salt)
         seeds = [(base + i) & 0x7FFFFFFF for i in range(n)]
+        if self.episodes is not None:
+            return self._episode_group(prompt, ids, seeds, version)
         responses = self.generate(ids, dict(self.s.sampling_params), seeds)
         if len(responses) != n:
             raise RuntimeError(f"engine returned {len(responses)} responses for {n} requested")
@@ -152,6 +169,37 @@ class Collector:
             if self.s.token_versions:
                 sample.token_versions = token_versions(resp, len(out_ids), version)
                 sample.policy_version = min(sample.token_versions, default=version)
+            g.samples.append(sample)
+        if self.s.token_versions and g.samples:
+            g.policy_version = min(s.policy_version for s in g.samples)
+        return g
+
+    def _episode_group(self, prompt: Any, ids: list[int], seeds: list[int], version: int) -> Group:
+        """A group of multi-turn episodes: each trajectory is one sample whose tool-output
+        tokens are masked out of the loss."""
+        assert self.episodes is not None
+        trajs = self.episodes.run_group(
+            self.generate, ids, dict(self.s.sampling_params), seeds, version
+        )
+        g = Group(prompt=prompt, policy_version=version)
+        for i, t in enumerate(trajs):
+            sample = Sample(
+                prompt_id=prompt.id,
+                index=i,
+                prompt_ids=list(ids),
+                response_ids=t.response_ids,
+                logprobs=t.logprobs,
+                text=t.text,
+                finish_reason=t.finish_reason,
+                policy_version=version,
+                loss_mask=t.loss_mask,
+                turns=t.turns,
+                tool_calls=t.tool_calls,
+                tool_errors=t.tool_errors,
+            )
+            if self.s.token_versions:
+                sample.token_versions = t.versions
+                sample.policy_version = min(t.versions, default=version)
             g.samples.append(sample)
         if self.s.token_versions and g.samples:
             g.policy_version = min(s.policy_version for s in g.samples)
@@ -225,6 +273,22 @@ class Collector:
                 break
         assign_advantages(kept, self.s.normalize_std)
         return kept, stats
+
+
+def tool_summary(groups: Sequence[Group]) -> dict[str, float]:
+    """Multi-turn metrics: tool calls per sample, turns, tool errors, share of samples that
+    called a tool."""
+    samples = [s for g in groups for s in g.samples]
+    n = float(max(len(samples), 1))
+    calls = sum(s.tool_calls for s in samples)
+    errors = sum(s.tool_errors for s in samples)
+    return {
+        "tools/calls_per_sample": calls / n,
+        "tools/turns_mean": sum(s.turns for s in samples) / n,
+        "tools/used_fraction": sum(1 for s in samples if s.tool_calls) / n,
+        "tools/errors": float(errors),
+        "tools/error_rate": errors / calls if calls else 0.0,
+    }
 
 
 def reward_summary(groups: Sequence[Group]) -> dict[str, float]:

@@ -131,6 +131,14 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
     return BackgroundEvaluator(cfg, snapshot, submitter)
 
 
+def _loss_mask(sample: Sample) -> list[int] | None:
+    """The trainer's per-response-token loss weights: none for an untrained sample, none
+    for tool output (multi-turn), all otherwise (None)."""
+    if not sample.trained:
+        return [0] * len(sample.response_ids)
+    return None if sample.loss_mask is None else list(sample.loss_mask)
+
+
 class TrainerAdapter:
     """Our rollout `Sample`s -> the trainer's input records; the rest passes through."""
 
@@ -154,7 +162,7 @@ class TrainerAdapter:
                 reward=s.reward,
                 group_id=s.prompt_id,
                 routed_experts=s.routed_experts,
-                loss_mask=None if s.trained else [0] * len(s.response_ids),
+                loss_mask=_loss_mask(s),
             )
             for s in samples
         ]
@@ -313,6 +321,20 @@ def _make_generator(
             return list(pool.map(one, range(n)))
 
     return generate
+
+
+def _make_episodes(cfg: RunConfig, tokenizer: Any, concurrency: int) -> Any:
+    """The multi-turn episode runner of ``[environment]``; None for single-turn rollouts."""
+    from runtime.rollout.environment import Environment
+
+    env = Environment.from_config(cfg.config)
+    if not env.multi_turn:
+        return None
+    from runtime.rollout.multiturn import EpisodeRunner, make_codec
+    from runtime.tools.runners import ToolBox
+
+    tools = ToolBox(env.tools, cfg.executor, env.tool_timeout_s)
+    return EpisodeRunner(env, tools, make_codec(tokenizer), concurrency=max(1, concurrency))
 
 
 def rollout_concurrency(cfg: RunConfig) -> int:
@@ -571,6 +593,9 @@ def train(runner: Node) -> dict[str, Any]:
         with check_lock:
             runner.health_check()
 
+    episodes = _make_episodes(cfg, tokenizer, cfg.inference.samples_per_prompt)
+    if episodes is not None:
+        runner.on_close.append(episodes.tools.close)
     collector = Collector(
         _make_generator(
             cfg,
@@ -592,6 +617,7 @@ def train(runner: Node) -> dict[str, Any]:
             shaping=Shaping.from_config(cfg.config.get("rewards") or {}),
             token_versions=mode != "barrier",
         ),
+        episodes=episodes,
     )
     metrics = MetricsWriter(cfg.paths.metrics)
     metrics.truncate_from(state.collection)

@@ -23,7 +23,7 @@ from runtime.config import RunConfig
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.publication.disk import PublicationError
 from runtime.rollout.buffer import BufferClosed, GroupBuffer
-from runtime.rollout.collect import Collector, CollectStats, reward_summary
+from runtime.rollout.collect import Collector, CollectStats, reward_summary, tool_summary
 from runtime.rollout.evaluators import EvaluatorLike
 from runtime.rollout.types import Group, Sample
 
@@ -80,10 +80,13 @@ class StopFlag:
 
 
 def mismatch(trainer_lps: Sequence[Sequence[float]], samples: Sequence[Sample]) -> float:
-    """Mean per-token |trainer logprob - engine logprob| over all response tokens."""
+    """Mean per-token |trainer logprob - engine logprob| over the response tokens the engine
+    sampled (tool output in a multi-turn response has no engine logprob: NaN, skipped)."""
     total, count = 0.0, 0
     for lp, s in zip(trainer_lps, samples, strict=True):
         for a, b in zip(lp, s.logprobs, strict=True):
+            if b != b:  # NaN
+                continue
             total += abs(float(a) - float(b))
             count += 1
     return total / count if count else 0.0
@@ -303,6 +306,8 @@ class GRPOLoop:
         if versioned:  # refresh publication: responses that span policy versions
             rec["async/mixed_version_samples"] = sum(len(set(v)) > 1 for v in versioned)
         rec.update(reward_summary(groups))
+        if getattr(self.collector, "episodes", None) is not None:
+            rec.update(tool_summary(groups))
         self._dump_rollouts(c, groups)
         rec.update({f"time/{k}": v for k, v in times.items()})
         rec.update(cstats.failures.as_metrics())
@@ -504,6 +509,12 @@ class GRPOLoop:
                 "policy_version": s.policy_version,
                 "finish_reason": s.finish_reason,
                 "response_tokens": len(s.response_ids),
+                # multi-turn samples (they carry a loss mask): the episode's shape
+                **(
+                    {"turns": s.turns, "tool_calls": s.tool_calls}
+                    if s.loss_mask is not None
+                    else {}
+                ),
             }
             for g in groups
             for s in g.samples

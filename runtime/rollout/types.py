@@ -32,6 +32,11 @@ class Sample:
     routed_experts: Any = None
     trained: bool = True  # False: no gradient (rewards.exclude_truncated)
     token_versions: list[int] | None = None  # refresh publication: per response token
+    # multi-turn rollouts: 1 = the policy's token, 0 = tool output (no loss); None: all 1
+    loss_mask: list[int] | None = None
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0
 
     @property
     def num_tokens(self) -> int:

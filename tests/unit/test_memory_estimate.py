@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from compiler.pipeline import compile_spec
-from compiler.resolve.builtin_shape import DIGIT_TOKENIZER_VOCAB, TEXT_TOKENIZER_VOCAB, builtin_info
+from compiler.resolve.builtin_shape import (
+    DIGIT_TOKENIZER_VOCAB,
+    TEXT_TOKENIZER_VOCAB,
+    TOOL_TOKENIZER_VOCAB,
+    builtin_info,
+    tokenizer_vocab,
+)
 from compiler.resolve.memory import (
     GIB,
     LOGPROB_CHUNK_ROWS,
@@ -189,10 +195,15 @@ def test_kl_reference_is_sharded_like_the_policy() -> None:
 def test_builtin_vocab_is_the_tokenizers_unless_overridden() -> None:
     """``builtin:olmo3-1b`` builds with the 704-token builtin tokenizer: 1.077B parameters,
     not the 1.485B listed for a 100,352-token vocabulary."""
-    from runtime.models.tokenizer import build_builtin_tokenizer, build_digits_tokenizer
+    from runtime.models.tokenizer import (
+        build_builtin_tokenizer,
+        build_digits_tokenizer,
+        build_tools_tokenizer,
+    )
 
     assert build_builtin_tokenizer().vocab_size == TEXT_TOKENIZER_VOCAB
     assert build_digits_tokenizer().vocab_size == DIGIT_TOKENIZER_VOCAB
+    assert build_tools_tokenizer().vocab_size == TOOL_TOKENIZER_VOCAB
     plain = builtin_info("builtin:olmo3-1b")
     assert plain["vocab"] == 704 and plain["params"] == 1_076_758_528
     assert ONE_B["vocab"] == 100_352 and ONE_B["params"] == 1_484_916_736
@@ -205,7 +216,7 @@ def test_builtin_params_match_the_built_model() -> None:
 
     for source in [f"builtin:{n}" for n in BUILTIN_MODELS] + [ONE_B_SOURCE]:
         name = source.removeprefix("builtin:")
-        tok = DIGIT_TOKENIZER_VOCAB if name == "tiny-digits" else TEXT_TOKENIZER_VOCAB
+        tok = tokenizer_vocab(name.partition("?")[0])
         _, config = builtin_config(name, tok, 0)
         model = config.build(init_device="meta")
         info = builtin_info(source)

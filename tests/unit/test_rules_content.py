@@ -27,6 +27,8 @@ EVAL_BG = (
 )
 TASKS_EVAL = '[[data.tasks]]\ntask = "arithmetic"\neval_count = 8\n'
 ASYNC = "[async]\nenabled = true\n"
+TOOLS = '[environment]\nmax_turns = 2\ntools = ["calculator"]\n'
+PYTHON_TOOL = '[environment]\nmax_turns = 2\ntools = ["python"]\n'
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "model-sources"
 OC_HYBRID = (
     f'[model]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"\n'
@@ -666,6 +668,64 @@ CASES: list[tuple[str, str, str]] = [
             "[[evaluation.tasks]]", 'revision = "' + "b" * 40 + '"  # <-\n[[evaluation.tasks]]'
         ),
         EVAL_BG,
+    ),
+    # multi-turn tool use
+    (
+        "environment-turns-need-tools",
+        "[environment]\nmax_turns = 3  # <-\n",
+        '[environment]\nmax_turns = 3\ntools = ["calculator"]\n',
+    ),
+    (
+        "environment-tools-need-turns",
+        '[environment]\ntools = ["calculator"]  # <-\n',
+        '[environment]\ntools = ["calculator"]\nmax_turns = 2\n',
+    ),
+    (
+        "environment-turns-fit-response",
+        '[environment]\ntools = ["calculator"]\nmax_turns = 4  # <-\n'
+        "[inference]\nmax_response_length = 6\n",
+        '[environment]\ntools = ["calculator"]\nmax_turns = 4\n[inference]\nmax_response_length = 7\n',
+    ),
+    (
+        "environment-result-placeholder",
+        TOOLS + 'result_template = "<output>"  # <-\n',
+        TOOLS + 'result_template = "<tool_response>{output}</tool_response>"\n',
+    ),
+    (
+        "environment-final-answer-pattern",
+        TOOLS + 'stop = "final_answer"  # <-\n',
+        TOOLS + 'stop = "final_answer"\nfinal_answer_pattern = "ANSWER: \\\\d+"\n',
+    ),
+    (
+        "environment-python-timeout",
+        PYTHON_TOOL + "tool_timeout_s = 30.0  # <-\n",
+        PYTHON_TOOL + "tool_timeout_s = 30.0\n[rewards.code]\ntime_limit_s = 30.0\n",
+    ),
+    (
+        "environment-python-network",
+        PYTHON_TOOL + "[rewards.code]\nnetwork = true  # <-\n",
+        PYTHON_TOOL + "[rewards.code]\nnetwork = false\n",
+    ),
+    (
+        "environment-router-replay",
+        '[model]\nsource = "builtin:tiny-moe"\n'
+        + TOOLS
+        + "[trainer]\nrouter_replay = true  # <-\n",
+        '[model]\nsource = "builtin:tiny-moe"\n' + TOOLS + "[trainer]\nrouter_replay = false\n",
+    ),
+    (
+        "environment-prefix-cache",
+        GPU
+        + '[environment]\ntools = ["calculator"]\nmax_turns = 2  # <-\n'
+        + '[inference]\nengine = "sglang"\ngpus = 1\n',
+        GPU
+        + '[environment]\ntools = ["calculator"]\nmax_turns = 2\n'
+        + '[inference]\nengine = "sglang"\ngpus = 1\nradix_cache = true\n',
+    ),
+    (
+        "environment-single-turn-eval",
+        TASKS_EVAL + TOOLS + "[training]\neval_interval = 5  # <-\n",
+        TASKS_EVAL + "[training]\neval_interval = 5\n",
     ),
     ("background-eval-shared-settings", "[training]\neval_interval = 5  # <-\n" + EVAL_BG, EVAL_BG),
     (
