@@ -28,5 +28,6 @@ class Node(Protocol):
     prompts: tuple[Any, dict[str, Any]] | None
     on_close: list[Any]
     rank_pids: Any
+    teacher_url: str | None  # on-policy distillation: the teacher this node started
 
     def health_check(self) -> None: ...

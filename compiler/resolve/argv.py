@@ -141,3 +141,79 @@ def router_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 
 def trainer_argv() -> list[str]:
     return ["python", "-m", "runtime.execute", "{manifest}"]
+
+
+def teacher_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """The managed teacher server of on-policy distillation (``[]`` without one): the
+    embedded engine, or SGLang on its planned GPUs. The runtime substitutes the port it
+    really gives it and this interpreter for ``python``."""
+    placed = plan["placement"].get("teacher")
+    if placed is None:
+        return []
+    t = config["teacher"]
+    port = str(placed["port"])
+    if t["engine"] == "embedded":
+        argv = [
+            "python",
+            "-m",
+            "runtime.engines.embedded",
+            "--model-path",
+            str(t["source"]),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--device",
+            str(placed["device"]),
+            "--dtype",
+            str(t["dtype"]),
+            "--max-running-requests",
+            str(t["max_running_requests"]),
+            "--context-length",
+            str(t["max_context_length"]),
+            "--random-seed",
+            str(t["seed"]),
+        ]
+        if t.get("hf_template"):
+            argv += ["--hf-template", str(t["hf_template"])]
+        if placed["device"] == "cpu":  # like the CPU rollout engines: one thread each
+            argv += ["--threads", "1"]
+        return argv
+    return [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(t["source"]),  # an HF checkpoint (rule teacher-sglang-hf)
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--tp-size",
+        str(max(int(t["gpus"]), 1)),
+        "--context-length",
+        str(t["max_context_length"]),
+        "--max-running-requests",
+        str(t["max_running_requests"]),
+        "--mem-fraction-static",
+        repr(float(t["mem_fraction_static"])),
+        "--random-seed",
+        str(t["seed"]),
+        "--dtype",
+        str(t["dtype"]),
+        # the teacher only scores (prefill): no radix reuse across different samples to keep
+        "--disable-radix-cache",
+    ]
+
+
+def commands(config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+    """``manifest.commands``: every command line the runtime starts."""
+    out: dict[str, Any] = {
+        "engine_argv": engine_argv(config, plan, paths),
+        "trainer_argv": trainer_argv(),
+        "router_argv": router_argv(config, plan),
+    }
+    teacher = teacher_argv(config, plan)
+    if teacher:
+        out["teacher_argv"] = teacher
+    return out

@@ -32,6 +32,7 @@ class Sample:
     routed_experts: Any = None
     trained: bool = True  # False: no gradient (rewards.exclude_truncated)
     token_versions: list[int] | None = None  # refresh publication: per response token
+    teacher_logprobs: list[float] | None = None  # on-policy distillation: per response token
 
     @property
     def num_tokens(self) -> int:
