@@ -811,7 +811,11 @@ class _Resolver:
         out = teacher_facts(
             self.config, self.student_info, dict(self.source_info.shape), self.given_teacher_facts
         )
-        for fact in ("teacher_source_problem", "teacher_tokenizer_mismatch", "teacher_vocab_mismatch"):
+        for fact in (
+            "teacher_source_problem",
+            "teacher_tokenizer_mismatch",
+            "teacher_vocab_mismatch",
+        ):
             if out[fact]:
                 self._fact_span(spans, f"facts.{fact}", ("teacher", "source"))
         return out

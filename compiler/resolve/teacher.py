@@ -47,9 +47,7 @@ def derive_teacher(r: _Deriver) -> None:
     )
     r.derive("teacher.engine", inf["engine"], "inference.engine", ("inference.engine",))
     gpu = c["trainer"]["gpus"] > 0
-    r.derive(
-        "teacher.gpus", 1 if gpu else 0, "1 on a GPU run, 0 on a CPU run", ("trainer.gpus",)
-    )
+    r.derive("teacher.gpus", 1 if gpu else 0, "1 on a GPU run, 0 on a CPU run", ("trainer.gpus",))
     r.derive("teacher.dtype", c["model"]["dtype"], "model.dtype", ("model.dtype",))
     r.derive(
         "teacher.max_context_length",

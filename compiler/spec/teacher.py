@@ -18,7 +18,7 @@ class TeacherSection(Section):
         None,
         description="teacher checkpoint: an HF directory, an OLMo-core checkpoint directory, "
         "or `builtin:NAME` (loaded like model.source)",
-        note="required with training.algorithm = \"opd\"; it must share the student's "
+        note='required with training.algorithm = "opd"; it must share the student\'s '
         "tokenizer (the teacher scores the student's token ids). Relative paths resolve "
         "against the spec file's directory.",
         min_length=1,

@@ -31,6 +31,7 @@ from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 from runtime.models import LoadedModel, load_model, state_checksum
 from runtime.models.attention import set_attention_backend
 
+from .distill import DISTILL_SUMS, DistillConfig, opd_loss
 from .distributed import (
     DistInfo,
     Rendezvous,
@@ -41,7 +42,6 @@ from .distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from .distill import DISTILL_SUMS, DistillConfig, opd_loss
 from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
 from .logprobs import token_logprobs
 from .packing import IGNORE, PackedRow, pack_samples, pad_row

@@ -82,7 +82,9 @@ def test_student_moves_toward_the_teacher(tmp_path: Path) -> None:
     manifest = json.loads(next((out / "manifests").glob("*.json")).read_text())
     teacher = manifest["config"]["teacher"]
     assert teacher["source"] == "builtin:tiny-digits" and teacher["seed"] == 18
-    start = load_model("builtin:tiny-digits", device="cpu", seed=manifest["config"]["runtime"]["seed"])
+    start = load_model(
+        "builtin:tiny-digits", device="cpu", seed=manifest["config"]["runtime"]["seed"]
+    )
     final = load_model(str(out / "export-hf"), device="cpu")
     ref = load_model("builtin:tiny-digits", device="cpu", seed=teacher["seed"])
     before = _first_token_kl(start.model.eval(), ref.model.eval(), start.tokenizer)

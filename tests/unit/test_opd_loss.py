@@ -78,7 +78,9 @@ def test_k3_is_added_and_differentiated_directly() -> None:
     k3 = [math.exp(b - a) - (b - a) - 1 for a, b in zip(s, t, strict=True)]
     assert float(loss) == pytest.approx(0.5 * sum(k3) / 2)
     # d k3 / d s = 1 - exp(t - s)
-    assert grad.tolist() == pytest.approx([0.5 * (1 - math.exp(b - a)) / 2 for a, b in zip(s, t)])
+    assert grad.tolist() == pytest.approx(
+        [0.5 * (1 - math.exp(b - a)) / 2 for a, b in zip(s, t, strict=True)]
+    )
     assert float(sums["opd_k3"]) == pytest.approx(sum(k3))
 
 

@@ -139,7 +139,7 @@ CASES: list[tuple[str, str, str]] = [
         '[training]\nalgorithm = "opd"  # <-\nfilter_zero_std_groups = false\n',
         OPD + TEACHER,
     ),
-    ("teacher-without-opd", "[teacher]  # <-\nsource = \"builtin:tiny\"\n", OPD + TEACHER),
+    ("teacher-without-opd", '[teacher]  # <-\nsource = "builtin:tiny"\n', OPD + TEACHER),
     (
         "algorithm-opd-one-node",
         '[training]\nalgorithm = "opd"  # <-\nfilter_zero_std_groups = false\n'

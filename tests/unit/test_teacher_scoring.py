@@ -93,7 +93,9 @@ def test_scorer_fills_samples_and_measures_the_kl(teacher_url: str) -> None:
     finally:
         scorer.close()
     assert [len(s.teacher_logprobs or []) for s in samples] == [3, 0, 2]
-    pairs = [(a, b) for s in samples for a, b in zip(s.logprobs, s.teacher_logprobs or [])]
+    pairs = [
+        (a, b) for s in samples for a, b in zip(s.logprobs, s.teacher_logprobs or [], strict=True)
+    ]
     assert metrics["opd/scored_tokens"] == 5
     assert metrics["opd/kl"] == pytest.approx(sum(a - b for a, b in pairs) / 5)
     assert metrics["opd/teacher_logprob"] == pytest.approx(sum(b for _, b in pairs) / 5)
@@ -113,8 +115,21 @@ def test_an_answer_for_other_tokens_is_refused() -> None:
 def test_the_compiled_command_runs_here_on_the_port_given() -> None:
     teacher = TeacherConfig(
         source="builtin:tiny",
-        argv=("python", "-m", "runtime.engines.embedded", "--model-path", "builtin:tiny",
-              "--host", "127.0.0.1", "--port", "32000", "--threads", "1"),  # fmt: skip
+        argv=tuple(
+            [
+                "python",
+                "-m",
+                "runtime.engines.embedded",
+                "--model-path",
+                "builtin:tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "32000",
+                "--threads",
+                "1",
+            ]
+        ),
         node=0,
         port=32000,
         gpus=(),
