@@ -192,6 +192,23 @@ class JudgeBinding:
 
 
 @dataclass(frozen=True)
+class TeacherConfig:
+    """On-policy distillation (``training.algorithm = "opd"``): the managed teacher server
+    (compiled argv, planned node/GPUs/port) and the distillation loss settings."""
+
+    source: str
+    argv: tuple[str, ...]
+    node: int
+    port: int
+    gpus: tuple[int, ...]
+    device: str
+    max_running_requests: int
+    loss: str = "reverse_kl"
+    coef: float = 1.0
+    reward_weight: float = 0.0
+
+
+@dataclass(frozen=True)
 class ClientSettings:
     """The engine connection (``config.runtime``): the one type the manifest mapping builds
     and `runtime.engines.client.EngineClient` consumes; defaults are the spec's."""
@@ -301,6 +318,7 @@ class RunConfig:
     judge_bindings: dict[str, JudgeBinding] = field(default_factory=dict)
     manifest_path: Path | None = None
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    teacher: TeacherConfig | None = None  # on-policy distillation only
 
     @property
     def samples_per_collection(self) -> int:
@@ -471,15 +489,46 @@ def _judge_bindings(config: dict[str, Any], plan: dict[str, Any]) -> dict[str, J
     return out
 
 
+def _teacher(manifest: dict[str, Any]) -> TeacherConfig | None:
+    """The distillation teacher of an ``opd`` manifest (None for GRPO); an ``opd`` manifest
+    without a placed teacher and its command line is refused, never run as plain GRPO."""
+    config = manifest.get("config") or {}
+    if _sec(config, "training").get("algorithm", "grpo") != "opd":
+        return None
+    placed = ((manifest.get("plan") or {}).get("placement") or {}).get("teacher")
+    argv = (manifest.get("commands") or {}).get("teacher_argv") or []
+    t, d = _sec(config, "teacher"), _sec(config, "distillation")
+    if not isinstance(placed, dict) or not argv or not t.get("source"):
+        raise ConfigError(
+            "training.algorithm = 'opd' but the manifest places no teacher "
+            "(plan.placement.teacher, commands.teacher_argv): recompile the spec"
+        )
+    loss = str(_get(d, "loss", "reverse_kl"))
+    if loss not in ("reverse_kl", "reverse_kl_k3"):
+        raise ConfigError(f"distillation.loss = {loss!r} is not 'reverse_kl' or 'reverse_kl_k3'")
+    return TeacherConfig(
+        source=str(t["source"]),
+        argv=tuple(str(a) for a in argv),
+        node=int(placed.get("node", 0)),
+        port=int(placed.get("port", 32000)),
+        gpus=tuple(int(g) for g in placed.get("gpus") or ()),
+        device=str(placed.get("device") or "cpu"),
+        max_running_requests=int(_get(t, "max_running_requests", 64)),
+        loss=loss,
+        coef=float(_get(d, "coef", 1.0)),
+        reward_weight=float(_get(d, "reward_weight", 0.0)),
+    )
+
+
 def _check_honoured(config: dict[str, Any]) -> None:
     """Refuse, before anything starts, values this runtime would not carry out.
 
-    The compiler rejects them too (schemas/rules/contract.rules); this guards manifests
+    The compiler rejects them too (schemas/rules/*.rules); this guards manifests
     from older compilers, so nothing ever silently runs something else.
     """
     algorithm = _sec(config, "training").get("algorithm", "grpo")
-    if algorithm not in (None, "grpo"):
-        raise ConfigError(f"training.algorithm = {algorithm!r} is not implemented (only 'grpo')")
+    if algorithm not in (None, "grpo", "opd"):
+        raise ConfigError(f"training.algorithm = {algorithm!r} is not 'grpo' or 'opd'")
     asy = _sec(config, "async")
     submission_granularity = asy.get("submission_granularity") or "group"
     if submission_granularity not in ("group", "sample"):
@@ -624,4 +673,5 @@ def from_manifest(manifest: dict[str, Any]) -> RunConfig:
         evaluation=_evaluation(_sec(config, "evaluation"), inference),
         judge_bindings=_judge_bindings(config, plan),
         executor=ExecutorSettings.from_config(_sec(rewards, "code")),
+        teacher=_teacher(manifest),
     )

@@ -139,6 +139,7 @@ class NodeRunner:
         self.silence: Any = None  # the first peer the heartbeats found silent (the cause)
         self.failed_cause: str | None = None  # this node's one-line cause, told to the others
         self.heartbeats: Any = None
+        self.teacher_url: str | None = None  # on-policy distillation: this node's teacher
         self._stop_heartbeats: Any = None
         self.finished = False  # this node's part of the run ended without a failure
         from runtime.startup import StartupClock
@@ -385,10 +386,12 @@ class NodeRunner:
             elif self.roles.trainer:
                 self.gen_url = self.engine_urls[0]
             from runtime.judges import start_managed_judges
+            from runtime.teacher import start_teacher
 
             start_managed_judges(self)
             self._register_judges()
             self.startup.mark("engines ready")
+            self.teacher_url = start_teacher(self)
         except (TimeoutError, RuntimeError, RegistryError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()

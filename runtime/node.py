@@ -30,5 +30,6 @@ class Node(Protocol):
     on_close: list[Any]
     rank_pids: Any
     startup: Any  # runtime.startup.StartupClock: the start-up phases
+    teacher_url: str | None  # on-policy distillation: the teacher this node started
 
     def health_check(self) -> None: ...

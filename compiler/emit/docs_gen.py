@@ -266,7 +266,12 @@ def manifest_schema() -> dict[str, Any]:
             "commands": {
                 "type": "object",
                 "required": ["engine_argv", "trainer_argv"],
-                "properties": {"engine_argv": {"type": "array"}, "trainer_argv": {"type": "array"}},
+                "properties": {
+                    "engine_argv": {"type": "array"},
+                    "trainer_argv": {"type": "array"},
+                    "router_argv": {"type": "array"},
+                    "teacher_argv": {"type": "array"},  # on-policy distillation only
+                },
             },
             "runtime_lock": obj,
             "paths": obj,

@@ -258,7 +258,7 @@ def artifact_findings(manifest: dict[str, Any], shown: str) -> list[Diagnostic]:
     ``--rederive``. Cheap (~0.05 ms): it does not re-resolve the user-written config, which
     is what ``--rederive`` adds (derived config values, plan, facts).
     """
-    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.argv import commands
     from compiler.resolve.paths import derived_paths
 
     try:
@@ -266,11 +266,7 @@ def artifact_findings(manifest: dict[str, Any], shown: str) -> list[Diagnostic]:
         paths = derived_paths(config)
         fresh = {
             "paths": paths,
-            "commands": {
-                "engine_argv": engine_argv(config, plan, paths),
-                "trainer_argv": trainer_argv(),
-                "router_argv": router_argv(config, plan),
-            },
+            "commands": commands(config, plan, paths),
         }
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         return [_err(shown, "manifest-derived", f"its command lines cannot be derived: {exc!r}")]

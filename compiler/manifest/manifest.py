@@ -72,7 +72,7 @@ def spec_json_schema() -> dict[str, Any]:
 def build_manifest(result: CompiledSpec) -> dict[str, Any]:
     """The manifest of a successful compile (no errors)."""
     from compiler import __version__
-    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.argv import commands
 
     resolved = result.resolved
     if resolved is None or result.ruleset is None:
@@ -99,11 +99,7 @@ def build_manifest(result: CompiledSpec) -> dict[str, Any]:
         "plan": resolved.plan,
         # derived facts the rules read (e.g. /weka paths seen); `rlc lint` re-runs rules on them
         "facts": resolved.facts,
-        "commands": {
-            "engine_argv": engine_argv(config, resolved.plan, resolved.paths),
-            "trainer_argv": trainer_argv(),
-            "router_argv": router_argv(config, resolved.plan),
-        },
+        "commands": commands(config, resolved.plan, resolved.paths),
         "runtime_lock": result.lock,
         "paths": resolved.paths,
         "warnings": [d.to_json() for d in result.diagnostics if d.severity == "warning"],

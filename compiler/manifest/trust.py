@@ -218,7 +218,7 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
     Raises DiagnosticError when that config does not bind (the spec models refuse it).
     """
     from compiler.parse.document import Document, Table
-    from compiler.resolve.argv import engine_argv, router_argv, trainer_argv
+    from compiler.resolve.argv import commands
     from compiler.resolve.resolve import resolve
     from compiler.spec.bind import Layer, bind
 
@@ -231,8 +231,13 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
     if bound.spec is None or leaked:
         raise DiagnosticError([d for d in (*bound.diagnostics, *leaked) if d.is_error])
     lock = manifest.get("runtime_lock")
+    facts = manifest.get("facts")
     resolved = resolve(
-        bound, "manifest.json", lock if isinstance(lock, dict) else {}, _source_info(manifest)
+        bound,
+        "manifest.json",
+        lock if isinstance(lock, dict) else {},
+        _source_info(manifest),
+        facts if isinstance(facts, dict) else {},
     )
     config = resolved.config
     return {
@@ -240,11 +245,7 @@ def rederive(manifest: dict[str, Any]) -> dict[str, Any]:
         "plan": resolved.plan,
         "facts": resolved.facts,
         "paths": resolved.paths,
-        "commands": {
-            "engine_argv": engine_argv(config, resolved.plan, resolved.paths),
-            "trainer_argv": trainer_argv(),
-            "router_argv": router_argv(config, resolved.plan),
-        },
+        "commands": commands(config, resolved.plan, resolved.paths),
     }
 
 

@@ -24,6 +24,50 @@ def _model_path(config: dict[str, Any], paths: dict[str, str]) -> str:
     return paths["prepared"] + "/hf"
 
 
+def _embedded_head(
+    source: str, host: str, port: str, device: str, dtype: str, running: int
+) -> list[str]:
+    """The flags every embedded server starts with (rollout engines and the teacher)."""
+    return [
+        "python",
+        "-m",
+        "runtime.engines.embedded",
+        "--model-path",
+        source,
+        "--host",
+        host,
+        "--port",
+        port,
+        "--device",
+        device,
+        "--dtype",
+        dtype,
+        "--max-running-requests",
+        str(running),
+    ]
+
+
+def _sglang_head(model_path: str, port: str, tp: int, context: int, running: int) -> list[str]:
+    """The flags every SGLang server starts with (rollout engines and the teacher)."""
+    return [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        port,
+        "--tp-size",
+        str(tp),
+        "--context-length",
+        str(context),
+        "--max-running-requests",
+        str(running),
+    ]
+
+
 def engine_argv(
     config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]
 ) -> list[list[str]]:
@@ -32,22 +76,15 @@ def engine_argv(
     for eng in plan["placement"]["engines"]:
         port = str(eng["port"])
         if inf["engine"] == "embedded":
-            argv = [
-                "python",
-                "-m",
-                "runtime.engines.embedded",
-                "--model-path",
+            argv = _embedded_head(
                 str(config["model"]["source"]),
-                "--host",
                 "127.0.0.1" if eng["node"] == 0 else "0.0.0.0",
-                "--port",
                 port,
-                "--device",
                 str(eng["device"]),
-                "--dtype",
                 str(config["model"]["dtype"]),
-                "--max-running-requests",
-                str(inf["max_running_requests"]),
+                inf["max_running_requests"],
+            )
+            argv += [
                 "--max-total-tokens",
                 str(inf["max_total_tokens"]),
                 "--context-length",
@@ -60,22 +97,14 @@ def engine_argv(
             if not inf["cuda_graph_decode"]:
                 argv.append("--disable-cuda-graph")
         else:
-            argv = [
-                "python",
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
+            argv = _sglang_head(
                 _model_path(config, paths),
-                "--host",
-                "0.0.0.0",
-                "--port",
                 port,
-                "--tp-size",
-                str(inf["tensor_parallel"]),
-                "--context-length",
-                str(inf["max_context_length"]),
-                "--max-running-requests",
-                str(inf["max_running_requests"]),
+                inf["tensor_parallel"],
+                inf["max_context_length"],
+                inf["max_running_requests"],
+            )
+            argv += [
                 "--max-total-tokens",
                 str(inf["max_total_tokens"]),
                 "--mem-fraction-static",
@@ -141,3 +170,65 @@ def router_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 
 def trainer_argv() -> list[str]:
     return ["python", "-m", "runtime.execute", "{manifest}"]
+
+
+def teacher_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """The managed teacher server of on-policy distillation (``[]`` without one): the
+    embedded engine, or SGLang on its planned GPUs. The runtime substitutes the port it
+    really gives it and this interpreter for ``python``."""
+    placed = plan["placement"].get("teacher")
+    if placed is None:
+        return []
+    t = config["teacher"]
+    port = str(placed["port"])
+    if t["engine"] == "embedded":
+        argv = _embedded_head(
+            str(t["source"]),
+            "127.0.0.1",
+            port,
+            str(placed["device"]),
+            str(t["dtype"]),
+            t["max_running_requests"],
+        )
+        argv += [
+            "--context-length",
+            str(t["max_context_length"]),
+            "--random-seed",
+            str(t["seed"]),
+        ]
+        if t.get("hf_template"):
+            argv += ["--hf-template", str(t["hf_template"])]
+        if placed["device"] == "cpu":  # like the CPU rollout engines: one thread each
+            argv += ["--threads", "1"]
+        return argv
+    # an HF checkpoint (rule teacher-sglang-hf)
+    head = _sglang_head(
+        str(t["source"]),
+        port,
+        max(int(t["gpus"]), 1),
+        t["max_context_length"],
+        t["max_running_requests"],
+    )
+    return head + [
+        "--mem-fraction-static",
+        repr(float(t["mem_fraction_static"])),
+        "--random-seed",
+        str(t["seed"]),
+        "--dtype",
+        str(t["dtype"]),
+        # the teacher only scores (prefill): no radix reuse across different samples to keep
+        "--disable-radix-cache",
+    ]
+
+
+def commands(config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+    """``manifest.commands``: every command line the runtime starts."""
+    out: dict[str, Any] = {
+        "engine_argv": engine_argv(config, plan, paths),
+        "trainer_argv": trainer_argv(),
+        "router_argv": router_argv(config, plan),
+    }
+    teacher = teacher_argv(config, plan)
+    if teacher:
+        out["teacher_argv"] = teacher
+    return out

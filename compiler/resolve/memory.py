@@ -200,7 +200,29 @@ def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+def teacher_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
+    """Bytes per GPU of the distillation teacher's server: the engine estimate for the
+    teacher's model, context and slots (it only prefills, but holds KV for its slots)."""
+    t = c["teacher"]
+    as_engine = {
+        "model": {"source": t["source"], "num_params": t["num_params"]},
+        "inference": {
+            "engine": t["engine"],
+            "tensor_parallel": max(int(t["gpus"] or 1), 1),
+            "max_context_length": t["max_context_length"],
+            "max_running_requests": t["max_running_requests"],
+            "max_total_tokens": int(t["max_running_requests"]) * int(t["max_context_length"]),
+        },
+    }
+    return engine_parts(as_engine, info)
+
+
+def estimate(
+    c: dict[str, Any],
+    info: dict[str, Any],
+    placement: dict[str, Any],
+    teacher_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """``plan.memory``: per-GPU totals (GiB) and their parts."""
     params = c["model"]["num_params"]
     out: dict[str, Any] = {
@@ -212,6 +234,9 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "engine_budget_gib": None,
         "trainer_parts_gib": {},
         "engine_parts_gib": {},
+        "teacher_gib_per_gpu": None,
+        "teacher_budget_gib": None,
+        "teacher_parts_gib": {},
         "formula": "trainer = P*12B + reference (P*4B with a KL term) + "
         "max(head backward: saved activations (recompute: layers*T*4d, else "
         "layers*T*(52d+8f) bf16) + bf16 weight copies + head grad + logits + logits grad + "
@@ -222,6 +247,7 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         "experts/world + the rest/E; engine = params*2B/tp + KV + prefill transients; "
         "colocated = max(trainer + engine weights and KV, trainer weights and Adam + engine)",
     }
+    _teacher_memory(out, c, placement, teacher_info or {})
     if params is None:
         return out
     # without the model's shape (a checkpoint not readable at compile time) only the
@@ -248,3 +274,21 @@ def estimate(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any])
         c["inference"]["mem_fraction_static"] * c["launch"]["gpu_memory_gib"], 3
     )
     return out
+
+
+def _teacher_memory(
+    out: dict[str, Any], c: dict[str, Any], placement: dict[str, Any], info: dict[str, Any]
+) -> None:
+    """``teacher_gib_per_gpu`` (+ parts and budget) when the plan places a teacher whose
+    size is known; on the CPU the figure is host memory."""
+    placed = placement.get("teacher")
+    if placed is None or not (c.get("teacher") or {}).get("num_params"):
+        return
+    parts = teacher_parts(c, info)
+    out["teacher_parts_gib"] = {k: round(v / GIB, 3) for k, v in parts.items()}
+    out["teacher_gib_per_gpu"] = round(sum(parts.values()) / GIB, 3)
+    out["teacher_budget_gib"] = (
+        round(float(c["teacher"]["mem_fraction_static"]) * c["launch"]["gpu_memory_gib"], 3)
+        if placed["device"] == "cuda"
+        else None
+    )

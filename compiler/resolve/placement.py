@@ -15,6 +15,7 @@ from typing import Any
 ENGINE_PORT = 30000
 ROUTER_PORT = 29000
 JUDGE_PORT = 31000
+TEACHER_PORT = 32000
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class PlacementInput:
     judges: tuple[tuple[str, int], ...]  # bound managed judges (name, gpus)
     gpus_per_replica: int | None  # explicit launch.gpus_per_replica
     engine_nodes: int = 0  # CPU runs: nodes that run only engines (inference.nodes)
+    teacher_gpus: int | None = None  # on-policy distillation teacher (0: on the CPU)
 
 
 class _Node:
@@ -59,6 +61,7 @@ def place(p: PlacementInput) -> dict[str, Any]:
     tp = max(p.tensor_parallel, 1)
     world_gpus = p.trainer_nodes * p.trainer_gpus
     judge_gpus = sum(g for _, g in p.judges)
+    teacher_gpus = p.teacher_gpus or 0
     nodes: list[_Node] = []
     engines: list[dict[str, Any]] = []
     judges: list[dict[str, Any]] = []
@@ -77,7 +80,8 @@ def place(p: PlacementInput) -> dict[str, Any]:
     else:
         trainer_world = world_gpus
     policy = world_gpus + (0 if p.colocated else p.inference_gpus)
-    total = policy + judge_gpus
+    total = policy + judge_gpus + teacher_gpus
+    teacher: dict[str, Any] | None = None
 
     if cpu_run:
         capacity = 0
@@ -143,6 +147,13 @@ def place(p: PlacementInput) -> dict[str, Any]:
                     )
                     eng += 1
                     remaining -= 1
+        if teacher_gpus:  # like a judge: beside the engines, or on a node of its own
+            last = nodes[-1]
+            on_trainer = last.index < p.trainer_nodes and not single
+            fits = capacity - last.width >= teacher_gpus
+            target = last if single or (not on_trainer and fits) else node(len(nodes))
+            ids = target.take(teacher_gpus, "teacher")
+            teacher = {"node": target.index, "gpus": ids, "device": "cuda", "port": TEACHER_PORT}
         for j, (name, gpus) in enumerate(sorted(p.judges)):
             last = nodes[-1]
             on_trainer = last.index < p.trainer_nodes and not single
@@ -153,6 +164,9 @@ def place(p: PlacementInput) -> dict[str, Any]:
             ids = target.take(gpus, f"judge:{name}")
             judges.append({"name": name, "node": target.index, "gpus": ids, "port": JUDGE_PORT + j})
 
+    if p.teacher_gpus == 0:  # served on the CPU of the first node
+        node(0).cpu_roles.append("teacher")
+        teacher = {"node": 0, "gpus": [], "device": "cpu", "port": TEACHER_PORT}
     router = None
     if p.router and engines:
         router = {"node": 0, "port": ROUTER_PORT}
@@ -168,6 +182,8 @@ def place(p: PlacementInput) -> dict[str, Any]:
         "engines": engines,
         "router": router,
         "judges": judges,
+        "teacher": teacher,
+        "teacher_gpus": teacher_gpus,
         "trainer": {
             "nodes": list(range(p.trainer_nodes)),
             "gpus_per_node": p.trainer_gpus,

@@ -230,6 +230,8 @@ class _Resolver:
         self.spans: dict[str, Span] = {}
         self.source_info = SourceInfo()
         self.given_source_info: SourceInfo | None = None
+        self.given_teacher_facts: dict[str, Any] | None = None
+        self.student_info: dict[str, Any] = {}
 
     # -- provenance --------------------------------------------------------------------
     def record_sources(self) -> None:
@@ -299,6 +301,8 @@ class _Resolver:
             "data.prompt_data",
             "data.reward_config",
             "data.manifest",
+            "teacher.source",
+            "teacher.hf_template",
         ):
             before = self.value(path)
             # a value given on the command line (--set) is relative to the working directory
@@ -476,6 +480,9 @@ class _Resolver:
         )
         self.derive("inference.seed", c["data"]["seed"], "data.seed", ("data.seed",))
         self.derive("runtime.seed", c["data"]["seed"], "data.seed", ("data.seed",))
+        from compiler.resolve.teacher import derive_teacher
+
+        derive_teacher(self)
         self.derive(
             "runtime.startup_timeout_s",
             c["launch"]["coordination"]["startup_timeout"],
@@ -583,7 +590,16 @@ class _Resolver:
                 ("inference.prompts_per_collection", "inference.samples_per_prompt"),
             )
 
+        self.student_info = info
         facts, fact_spans = self.facts(has_eval)
+        teacher_params = facts["teacher_source_shape"].get("params")
+        if teacher_params:
+            self.derive(
+                "teacher.num_params",
+                teacher_params,
+                "the teacher checkpoint's size (builtin table or its config)",
+                ("teacher.source",),
+            )
         plan = self.plan(info, facts)
         placement = plan["placement"]
         self.derive(
@@ -808,9 +824,25 @@ class _Resolver:
                 "builtin_base": _builtin_base(c["model"]["source"]),
                 "builtin_bad_overrides": _builtin_bad_overrides(c["model"]["source"]),
                 **self._source_facts(),
+                **self._teacher_facts(spans),
             },
             spans,
         )
+
+    def _teacher_facts(self, spans: dict[str, Span]) -> dict[str, Any]:
+        from compiler.resolve.teacher import teacher_facts
+
+        out = teacher_facts(
+            self.config, self.student_info, dict(self.source_info.shape), self.given_teacher_facts
+        )
+        for fact in (
+            "teacher_source_problem",
+            "teacher_tokenizer_mismatch",
+            "teacher_vocab_mismatch",
+        ):
+            if out[fact]:
+                self._fact_span(spans, f"facts.{fact}", ("teacher", "source"))
+        return out
 
     def _num_experts(self) -> int:
         """Experts per MoE layer (0: dense or unknown): builtin table / override, or the
@@ -868,6 +900,7 @@ class _Resolver:
     # -- the plan ---------------------------------------------------------------------
     def plan(self, info: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
         from compiler.resolve.placement import PlacementInput, place
+        from compiler.resolve.teacher import active as teacher_active
 
         c = self.config
         tr, inf, opt, asy, launch = (
@@ -898,6 +931,7 @@ class _Resolver:
                 judges=judges,
                 gpus_per_replica=explicit_gpr,
                 engine_nodes=inf["nodes"],
+                teacher_gpus=c["teacher"]["gpus"] if teacher_active(c) else None,
             )
         )
         P, S, G = inf["prompts_per_collection"], inf["samples_per_prompt"], inf["global_batch_size"]
@@ -985,15 +1019,17 @@ class _Resolver:
             "async": asy_plan,
             "scoring_pass": scoring,
             "evaluation": evaluation,
-            "memory": _memory(c, info, placement),
+            "memory": _memory(c, info, placement, facts["teacher_source_shape"]),
         }
 
 
-def _memory(c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+def _memory(
+    c: dict[str, Any], info: dict[str, Any], placement: dict[str, Any], teacher: dict[str, Any]
+) -> dict[str, Any]:
     """The per-GPU memory estimate and its parts (``compiler.resolve.memory``)."""
     from compiler.resolve.memory import estimate
 
-    return estimate(c, info, placement)
+    return estimate(c, info, placement, teacher)
 
 
 def resolve(
@@ -1001,6 +1037,7 @@ def resolve(
     spec_path: str,
     lock: dict[str, Any] | None = None,
     source_info: SourceInfo | None = None,
+    teacher_facts: dict[str, Any] | None = None,
 ) -> Resolved:
     """``source_info``: what the model checkpoint said at compile time (re-derivation on
     another machine must not depend on whether the checkpoint is readable there)."""
@@ -1010,6 +1047,7 @@ def resolve(
         lock = json.loads(runtime_lock_path().read_text())
     resolver = _Resolver(bound, spec_path, lock)
     resolver.given_source_info = source_info
+    resolver.given_teacher_facts = teacher_facts
     return resolver.run()
 
 

@@ -27,6 +27,7 @@ _CFG = "runtime:runtime.config:from_manifest"
 _TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
 _DRIVER = "runtime:runtime.rollout.driver:train"
 _ENGINE_ARGV = "argv:compiler.resolve.argv:engine_argv"
+_TEACHER_ARGV = "argv:compiler.resolve.argv:teacher_argv"
 _EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
 _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
 _BEAKER = "beaker:compiler.emit.beaker:_common"
@@ -106,13 +107,34 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "launch.coordination.heartbeat_timeout": ("runtime:runtime.config:from_manifest",),
     # [training]
     "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run", _TRAINER),
-    "training.algorithm": ("runtime:runtime.config:_check_honoured", "rule:training-algorithm-opd"),
+    "training.algorithm": (
+        "runtime:runtime.config:_teacher",
+        "runtime:runtime.trainer.trainer:_distill_config",
+    ),
     "training.eval_interval": ("runtime:runtime.rollout.driver:_make_evaluator",),
     "training.skip_eval_before_train": ("runtime:runtime.rollout.driver:_make_evaluator",),
     "training.save_checkpoints": ("runtime:runtime.rollout.driver:_checkpointing",),
     "training.filter_zero_std_groups": (_DRIVER,),
     "training.max_refill_rounds": ("runtime:runtime.rollout.collect:Collector.collect",),
     "training.max_run_seconds": ("runtime:runtime.rollout.loop:GRPOLoop._out_of_time",),
+    # [teacher], [distillation]: on-policy distillation
+    "teacher.source": ("runtime:runtime.config:_teacher", _TEACHER_ARGV),
+    "teacher.format": (
+        "compile:checked against the engine that serves it (rule teacher-sglang-hf) and its "
+        "template (rule teacher-olmo-core-template)",
+    ),
+    "teacher.hf_template": (_TEACHER_ARGV,),
+    "teacher.engine": (_TEACHER_ARGV,),
+    "teacher.gpus": (_TEACHER_ARGV, "compile:sizes the teacher's place in plan.placement"),
+    "teacher.dtype": (_TEACHER_ARGV,),
+    "teacher.max_running_requests": (_TEACHER_ARGV, "runtime:runtime.config:_teacher"),
+    "teacher.max_context_length": (_TEACHER_ARGV,),
+    "teacher.mem_fraction_static": (_TEACHER_ARGV,),
+    "teacher.seed": (_TEACHER_ARGV,),
+    "teacher.num_params": ("compile:sizes the plan's teacher memory estimate",),
+    "distillation.loss": ("runtime:runtime.trainer.trainer:_distill_config",),
+    "distillation.coef": ("runtime:runtime.trainer.trainer:_distill_config",),
+    "distillation.reward_weight": ("runtime:runtime.trainer.trainer:_distill_config",),
     # [trainer]
     "trainer.nodes": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",

@@ -153,6 +153,20 @@ def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def tokenizer_model(path: str) -> str:
+    """A fingerprint of the vocabulary in ``path/tokenizer.json`` ("" when unreadable):
+    two checkpoints with different fingerprints tokenize differently."""
+    import hashlib
+
+    tok = os.path.join(path, "tokenizer.json")
+    _note(tok)
+    data = _read_json(tok) if os.path.isfile(tok) else ""
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return ""
+    body = json.dumps(data["model"], sort_keys=True).encode("utf-8")
+    return hashlib.sha256(body).hexdigest()
+
+
 def _has_weights(path: str) -> bool:
     return any(n.endswith(".safetensors") for n in os.listdir(path))
 
@@ -211,10 +225,15 @@ def inspect(
     hf_template: str | None,
     written: str = "",
     chat_template: str | None = None,
+    *,
+    fresh: bool = True,
 ) -> SourceInfo:
     """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass,
-    except a missing one ``written`` in the spec as a Hub id (``owner/name``)."""
-    _TOUCHED.clear()
+    except a missing one ``written`` in the spec as a Hub id (``owner/name``).
+    ``fresh=False`` adds to what the last ``inspect`` touched (a second checkpoint of the
+    same compile, e.g. the distillation teacher)."""
+    if fresh:
+        _TOUCHED.clear()
     if source.startswith("builtin:"):
         return SourceInfo()
     names = ("config.json", NATIVE_META, "tokenizer.json")

@@ -22,6 +22,7 @@ from compiler.spec.optimizer import OptimizerSection
 from compiler.spec.output import OutputSection
 from compiler.spec.rewards import RewardsSection
 from compiler.spec.runtime import RuntimeSection
+from compiler.spec.teacher import DistillationSection, TeacherSection
 from compiler.spec.tracking import TrackingSection
 from compiler.spec.trainer import TrainerSection
 from compiler.spec.training import TrainingSection
@@ -79,6 +80,12 @@ class Spec(Section):
     environment: EnvironmentSection = Field(
         default={}, validate_default=True, description="multi-turn tool use"
     )
+    teacher: TeacherSection = Field(
+        default={}, validate_default=True, description="on-policy distillation teacher"
+    )
+    distillation: DistillationSection = Field(
+        default={}, validate_default=True, description="on-policy distillation loss"
+    )
     judges: dict[JudgeName, Judge] = Field(default={}, description="LLM judge services")
     rubrics: dict[str, Rubric] = Field(default={}, description="judge rubric profiles")
     judging: JudgingSection = Field(
@@ -115,6 +122,8 @@ SECTIONS: dict[str, type[Section]] = {
     "checkpoint": CheckpointSection,
     "rewards": RewardsSection,
     "environment": EnvironmentSection,
+    "teacher": TeacherSection,
+    "distillation": DistillationSection,
     "evaluation": EvaluationSection,
     "tracking": TrackingSection,
     "compiler_cache": CompilerCacheSection,

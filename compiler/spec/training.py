@@ -16,7 +16,9 @@ class TrainingSection(Section):
         le=100000,
     )
     algorithm: Literal["grpo", "opd"] = fld(
-        "grpo", description="training objective (opd: on-policy distillation, experimental)"
+        "grpo",
+        description="training objective: grpo, or opd (on-policy distillation toward "
+        "[teacher], experimental, one node)",
     )
     eval_interval: int | None = fld(
         None,

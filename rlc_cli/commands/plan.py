@@ -167,6 +167,7 @@ def _render(r: Any, result: Any) -> None:
             ],
         )
     )
+    _render_teacher(console, c, p, m)
     if m["known"]:
         console.print(
             _kv_table(
@@ -196,3 +197,23 @@ def _render(r: Any, result: Any) -> None:
         console.print("memory estimate: unknown (set model.num_params for a non-builtin model)")
     if result.diagnostics:
         report(result, "text")
+
+
+def _render_teacher(console: Any, c: dict[str, Any], p: dict[str, Any], m: dict[str, Any]) -> None:
+    """On-policy distillation: where the teacher is served, its loss and its memory."""
+    placed = p.get("teacher")
+    if placed is None:
+        return
+    t, d = c["teacher"], c["distillation"]
+    where = f"node {placed['node']}, " + (
+        f"GPUs {', '.join(str(g) for g in placed['gpus'])}" if placed["gpus"] else "CPU"
+    )
+    rows: list[tuple[str, Any]] = [
+        ("source", t["source"]),
+        ("server", f"{t['engine']} ({where}), {t['max_running_requests']} slots"),
+        ("context", t["max_context_length"]),
+        ("loss", f"{d['loss']} x {d['coef']}, reward weight {d['reward_weight']}"),
+        ("memory per GPU (GiB)", m.get("teacher_gib_per_gpu")),
+        ("memory budget (GiB)", m.get("teacher_budget_gib")),
+    ]
+    console.print(_kv_table("distillation teacher", rows))

@@ -163,6 +163,7 @@ class TrainerAdapter:
                 group_id=s.prompt_id,
                 routed_experts=s.routed_experts,
                 loss_mask=_loss_mask(s),
+                teacher_logprobs=s.teacher_logprobs,
             )
             for s in samples
         ]
@@ -633,6 +634,7 @@ def train(runner: Node) -> dict[str, Any]:
     tracker = WandbSink.from_config(cfg.config.get("tracking") or {}).start(
         cfg.paths.root / "wandb", cfg.config, run_id=cfg.digest.removeprefix("sha256:")[:16]
     )
+    teacher = _make_teacher(cfg, runner)
     with ProgressView(
         total, start=state.collection, enabled=runner.progress, every=runner.progress_every
     ) as progress:
@@ -651,10 +653,13 @@ def train(runner: Node) -> dict[str, Any]:
             prompt_lookup=by_id.__getitem__,
             evaluator=evaluator,
             tracker=tracker,
+            teacher=teacher,
         )
         try:
             state = loop.run()
         finally:
+            if teacher is not None:
+                teacher.close()
             eval_summary = evaluator.close() if evaluator is not None else {}
             if tracker is not None:
                 tracker.finish()
@@ -726,6 +731,18 @@ def _warm_decode_graphs(cfg: RunConfig, runner: Node, tokenizer: Any, startup: A
     startup.mark("decode graph warm-up")
     startup.details["graphs"] = graphs
     startup.details["modes"] = sorted({m for a in answers.values() for m in a.get("modes", [])})
+
+
+def _make_teacher(cfg: RunConfig, runner: Node) -> Any:
+    """On-policy distillation: the scorer of the teacher this node started (None for GRPO)."""
+    if cfg.teacher is None:
+        return None
+    from runtime.teacher import TeacherScorer
+
+    url = runner.teacher_url
+    if not url:
+        raise RuntimeError("training.algorithm = 'opd' but no teacher server was started")
+    return TeacherScorer(url, cfg.runtime.client, concurrency=cfg.teacher.max_running_requests)
 
 
 def _checkpointing(cfg: RunConfig) -> bool:

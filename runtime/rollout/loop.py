@@ -40,6 +40,12 @@ class TrainerLike(Protocol):
     def state_dict_for_publication(self) -> Mapping[str, Any]: ...
 
 
+class TeacherLike(Protocol):
+    """On-policy distillation: scores samples in place (``teacher_logprobs``), returns metrics."""
+
+    def score(self, samples: Sequence[Sample]) -> dict[str, float]: ...
+
+
 class TrackerLike(Protocol):
     def log(self, record: dict[str, Any]) -> None: ...
 
@@ -127,8 +133,10 @@ class GRPOLoop:
         prompt_lookup: Callable[[str], Any] | None = None,
         evaluator: EvaluatorLike | None = None,
         tracker: TrackerLike | None = None,
+        teacher: TeacherLike | None = None,
     ) -> None:
         self.cfg = cfg
+        self.teacher = teacher
         self.tracker = tracker
         self.trainer = trainer
         self.collector = collector
@@ -190,6 +198,11 @@ class GRPOLoop:
         steps = opt.steps_per_collection
         if not samples:
             return {}, None, 0.0
+        distill: dict[str, Any] = {}
+        if self.teacher is not None:  # the teacher's log-probs of what the student sampled
+            t0 = time.monotonic()
+            distill = dict(self.teacher.score(samples))
+            distill["time/teacher_s"] = time.monotonic() - t0
         raw = opt.raw
         anchor_rollout = bool(raw.get("use_rollout_logprobs", False))
         scoring_pass = bool(raw.get("scoring_pass", steps > 1 or opt.kl_coef > 0))
@@ -218,6 +231,7 @@ class GRPOLoop:
         if mm is None:
             mm = merged.get("train/logprob_abs_diff")
             self._limit_mismatch(mm)
+        merged.update(distill)
         return merged, mm, logprob_s
 
     def _scoring_check_due(self) -> bool:

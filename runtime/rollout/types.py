@@ -37,6 +37,7 @@ class Sample:
     turns: int = 1
     tool_calls: int = 0
     tool_errors: int = 0
+    teacher_logprobs: list[float] | None = None  # on-policy distillation: per response token
 
     @property
     def num_tokens(self) -> int:

@@ -34,6 +34,9 @@ class PackedRow:
     routed_experts: torch.Tensor | None = None  # (T, moe_layers, top_k) long, replay ids
     replay_mask: torch.Tensor | None = None  # (T,) bool, True where a routing was recorded
     pad_tokens: int = 0  # trailing padding of a static row (its own document, no loss)
+    # on-policy distillation: (T,) float teacher logprobs of the targets, NaN where unknown;
+    # None when no sample of the row was scored by a teacher
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -148,6 +151,9 @@ def build_row(
         rollout.append(rl)
         old.append(ol)
         sidx.append(si)
+    teacher: torch.Tensor | None = None
+    if any(samples[i].teacher_logprobs is not None for i in indices):
+        teacher = torch.cat([_teacher_doc(samples[i]) for i in indices])
     routed_ids, replay_mask = _routed_row(
         [(len(samples[i].prompt_ids) + len(samples[i].response_ids), routed[i]) for i in indices]
         if routed is not None
@@ -166,7 +172,17 @@ def build_row(
         response_mask=torch.cat(resp),
         routed_experts=routed_ids,
         replay_mask=replay_mask,
+        teacher_logprobs=teacher,
     )
+
+
+def _teacher_doc(s: Sample) -> torch.Tensor:
+    """One document's teacher logprobs at the positions that predict its response tokens."""
+    p, r = len(s.prompt_ids), len(s.response_ids)
+    out = torch.full((p + r,), float("nan"))
+    if r:
+        out[p - 1 : p + r - 1] = _nan_or(s.teacher_logprobs, r)
+    return out
 
 
 def pack_samples(
@@ -216,4 +232,7 @@ def pad_row(row: PackedRow, length: int) -> PackedRow:
         routed_experts=None if row.routed_experts is None else extend(row.routed_experts, 0),
         replay_mask=None if row.replay_mask is None else extend(row.replay_mask, False),
         pad_tokens=row.pad_tokens + pad,
+        teacher_logprobs=None
+        if row.teacher_logprobs is None
+        else extend(row.teacher_logprobs, float("nan")),
     )

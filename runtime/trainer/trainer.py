@@ -31,6 +31,7 @@ from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 from runtime.models import LoadedModel, load_model, state_checksum
 from runtime.models.attention import set_attention_backend
 
+from .distill import DISTILL_SUMS, DistillConfig, opd_loss
 from .distributed import (
     DistInfo,
     Rendezvous,
@@ -86,6 +87,7 @@ class TrainerConfig:
     adam_eps: float = 1e-8
     clip_grad: float | None = 1.0
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    distill: DistillConfig | None = None  # on-policy distillation (training.algorithm = "opd")
     sequence_packing: bool = True
     packing_max_tokens: int | None = None
     activation_recompute: bool = False
@@ -168,12 +170,26 @@ class TrainerConfig:
             attention_backend=trainer.get("attention_backend"),
             startup_timeout_s=float(runtime.get("startup_timeout_s") or 1800.0),
             bf16_autocast=_compute_bf16(model.get("dtype")),
+            distill=_distill_config(c),
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["grpo"] = dict(vars(self.grpo))
+        out["distill"] = None if self.distill is None else dict(vars(self.distill))
         return out
+
+
+def _distill_config(c: dict[str, Any]) -> DistillConfig | None:
+    """The distillation loss of an ``opd`` manifest (None for GRPO)."""
+    if (c.get("training") or {}).get("algorithm") != "opd":
+        return None
+    d = c.get("distillation") or {}
+    return DistillConfig(
+        loss=str(d.get("loss") or "reverse_kl"),
+        coef=float(d.get("coef", 1.0)),
+        reward_weight=float(d.get("reward_weight", 0.0)),
+    )
 
 
 def _fp32_lm_head(model: torch.nn.Module) -> None:
@@ -629,7 +645,7 @@ class Trainer:
         want_aux, want_z = self.aux_loss_coef > 0, self.z_loss_coef > 0
         want_entropy = True
         self._batch_counts = self._expert_counts(rows) if want_aux else None
-        sums = {k: 0.0 for k in (*METRIC_SUMS, "rollout_tokens")}
+        sums = {k: 0.0 for k in (*METRIC_SUMS, "rollout_tokens", *DISTILL_SUMS)}
         sums.update(mismatches=0.0, decisions=0.0, aux_loss=0.0, z_loss=0.0)
         ratio_max, ratio_min = -math.inf, math.inf
         seq_tokens = 0
@@ -651,17 +667,25 @@ class Trainer:
             def at(t: torch.Tensor, pos: torch.Tensor = pos) -> torch.Tensor:
                 return t.to(self.device).index_select(0, pos)
 
-            loss, msums = grpo_loss(
-                logp,
-                advantages=at(row.advantages),
-                mask=at(row.loss_mask),
-                old_logp=at(row.old_logprobs),
-                rollout_logp=at(row.rollout_logprobs),
-                ref_logp=ref_logp,
-                entropy=ent,
-                cfg=cfg,
-                token_divisor=divisor,
-            )
+            terms: dict[str, Any] = {
+                "advantages": at(row.advantages),
+                "mask": at(row.loss_mask),
+                "old_logp": at(row.old_logprobs),
+                "rollout_logp": at(row.rollout_logprobs),
+                "ref_logp": ref_logp,
+                "entropy": ent,
+                "cfg": cfg,
+                "token_divisor": divisor,
+            }
+            if self.cfg.distill is not None and row.teacher_logprobs is not None:
+                loss, msums = opd_loss(
+                    logp,
+                    teacher_logp=at(row.teacher_logprobs),
+                    distill=self.cfg.distill,
+                    **terms,
+                )
+            else:
+                loss, msums = grpo_loss(logp, **terms)
             if want_aux or want_z:
                 loss = loss + self._router_loss(row, tap.records, counts, sums)
             loss.backward()
@@ -726,6 +750,11 @@ class Trainer:
             tokens_per_s=sums["seq_tokens"] / max(elapsed, 1e-9),
         )
         metrics.update(router_metrics)
+        if self.cfg.distill is not None:  # the student's KL to the teacher, as trained on
+            opd_tokens = max(sums["opd_tokens"], 1.0)
+            metrics["opd_kl"] = sums["opd_kl"] / opd_tokens
+            metrics["opd_k3"] = sums["opd_k3"] / opd_tokens
+            metrics["opd_tokens"] = sums["opd_tokens"]
         metrics["trainer/world_size"] = float(self.world_size)
         metrics["trainer/expert_parallel"] = float(self.cfg.expert_parallel)
         return metrics

@@ -31,12 +31,14 @@ class Sample:
     # ``meta_info.routed_experts``) or an array ``(tokens - 1, moe_layers, top_k)`` whose row
     # ``j`` is the routing of token ``j`` of ``prompt_ids + response_ids``.
     routed_experts: Any = None
+    # on-policy distillation: the teacher's logprobs of ``response_ids`` (NaN: not scored)
+    teacher_logprobs: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
         if not self.prompt_ids:
             raise ValueError("a sample needs at least one prompt token")
-        for name in ("rollout_logprobs", "old_logprobs", "loss_mask"):
+        for name in ("rollout_logprobs", "old_logprobs", "loss_mask", "teacher_logprobs"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries for {n} response tokens")

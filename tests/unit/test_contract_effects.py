@@ -38,15 +38,17 @@ def _cfg(tmp_path: Path, **sections: dict[str, Any]) -> Any:
 
 # ---- guards: never run something else ------------------------------------------------------
 @pytest.mark.parametrize(
-    ("section", "values"),
+    ("section", "values", "why"),
     [
-        ("training", {"algorithm": "opd"}),
+        ("training", {"algorithm": "ppo"}, "not 'grpo' or 'opd'"),
+        # distillation without a placed teacher never falls back to plain GRPO
+        ("training", {"algorithm": "opd"}, "places no teacher"),
     ],
 )
 def test_unhonoured_values_are_refused_before_anything_starts(
-    tmp_path: Path, section: str, values: dict[str, Any]
+    tmp_path: Path, section: str, values: dict[str, Any], why: str
 ) -> None:
-    with pytest.raises(ConfigError, match="not implemented"):
+    with pytest.raises(ConfigError, match=why):
         _cfg(tmp_path, **{section: values})
 
 

@@ -29,6 +29,8 @@ TASKS_EVAL = '[[data.tasks]]\ntask = "arithmetic"\neval_count = 8\n'
 ASYNC = "[async]\nenabled = true\n"
 TOOLS = '[environment]\nmax_turns = 2\ntools = ["calculator"]\n'
 PYTHON_TOOL = '[environment]\nmax_turns = 2\ntools = ["python"]\n'
+OPD = '[training]\nalgorithm = "opd"\nfilter_zero_std_groups = false\n'
+TEACHER = '[teacher]\nsource = "builtin:tiny"\n'
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "model-sources"
 OC_HYBRID = (
     f'[model]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"\n'
@@ -133,15 +135,78 @@ CASES: list[tuple[str, str, str]] = [
         "[inference]\nsamples_per_prompt = 1\n[training]\nfilter_zero_std_groups = true  # <-\n",
         "[inference]\nsamples_per_prompt = 2\n[training]\nfilter_zero_std_groups = true\n",
     ),
+    # on-policy distillation
     (
-        "algorithm-opd-experimental",
-        '[training]\nalgorithm = "opd"  # <-\n',
-        '[training]\nalgorithm = "grpo"\n',
+        "opd-needs-teacher",
+        '[training]\nalgorithm = "opd"  # <-\nfilter_zero_std_groups = false\n',
+        OPD + TEACHER,
     ),
+    ("teacher-without-opd", '[teacher]  # <-\nsource = "builtin:tiny"\n', OPD + TEACHER),
     (
         "algorithm-opd-one-node",
-        '[training]\nalgorithm = "opd"  # <-\n[trainer]\nnodes = 2\n',
-        '[training]\nalgorithm = "opd"\n[trainer]\nnodes = 1\n',
+        '[training]\nalgorithm = "opd"  # <-\nfilter_zero_std_groups = false\n'
+        + TEACHER
+        + "[trainer]\nnodes = 2\n",
+        OPD + TEACHER + "[trainer]\nnodes = 1\n",
+    ),
+    (
+        "teacher-source-unloadable",
+        OPD + f'[teacher]\nsource = "{SOURCES / "no-tokenizer"}"  # <-\n',
+        OPD + TEACHER,
+    ),
+    (
+        "teacher-tokenizer-mismatch",
+        OPD + '[teacher]\nsource = "builtin:tiny-digits"  # <-\n',
+        OPD + '[teacher]\nsource = "builtin:small"\n',
+    ),
+    (
+        "teacher-vocab-mismatch",
+        OPD + f'[teacher]\nsource = "{SOURCES / "olmo2-vocab-1000"}"  # <-\n',
+        OPD + '[teacher]\nsource = "builtin:tiny?vocab_size=1000"\n',
+    ),
+    (
+        "teacher-olmo-core-template",
+        OPD
+        + f'[teacher]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"  # <-\n',
+        OPD
+        + f'[teacher]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"\n'
+        + f'hf_template = "{SOURCES / "olmoe"}"\n',
+    ),
+    (
+        "teacher-sglang-hf",
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\nengine = "sglang"  # <-\n',
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\nengine = "embedded"\n',
+    ),
+    (
+        "teacher-sglang-cpu",
+        OPD + TEACHER + 'engine = "sglang"  # <-\n',
+        OPD + TEACHER + 'engine = "embedded"\n',
+    ),
+    (
+        "teacher-embedded-one-gpu",
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\ngpus = 2  # <-\n',
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\ngpus = 1\n',
+    ),
+    (
+        "teacher-cpu-beside-gpus",
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\ngpus = 0  # <-\n',
+        GPU + OPD + '[teacher]\nsource = "builtin:olmo3-190m"\ngpus = 1\n',
+    ),
+    (
+        "teacher-memory-fit",
+        GPU
+        + OPD
+        + '[teacher]\nsource = "builtin:olmo3-1b"\nmax_running_requests = 64  # <-\n'
+        + "[launch]\ngpu_memory_gib = 8\n",
+        GPU
+        + OPD
+        + '[teacher]\nsource = "builtin:olmo3-1b"\nmax_running_requests = 1\n'
+        + "[launch]\ngpu_memory_gib = 8\n",
+    ),
+    (
+        "opd-filter-zero-std",
+        '[training]\nalgorithm = "opd"\nfilter_zero_std_groups = true  # <-\n' + TEACHER,
+        OPD + TEACHER,
     ),
     # launch
     (
@@ -652,11 +717,6 @@ CASES: list[tuple[str, str, str]] = [
         "[native.sglang]\nenable_deterministic_inference = true\n",
     ),
     # the contract: values the runtime does not honour yet
-    (
-        "training-algorithm-opd",
-        '[training]\nalgorithm = "opd"  # <-\n',
-        '[training]\nalgorithm = "grpo"\n',
-    ),
     (
         "startup-timeout-moved",
         "[runtime]\nstartup_timeout_s = 60  # <-\n",

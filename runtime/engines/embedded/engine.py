@@ -69,6 +69,12 @@ class GenRequest:
     created: float = field(default_factory=time.monotonic)
 
     @property
+    def wants_input_logprobs(self) -> bool:
+        """Scoring (SGLang's ``max_new_tokens = 0`` with ``logprob_start_len``): the
+        prompt is prefilled for its log-probs even when nothing is generated."""
+        return self.return_logprob and self.logprob_start_len >= 0
+
+    @property
     def reserved(self) -> int:
         return len(self.prompt_ids) + self.max_new
 
@@ -658,7 +664,7 @@ class Engine:
             used = sum(r.reserved for r in self._running)
             while self._waiting and len(self._running) + len(admitted) < self.max_running:
                 req = self._waiting[0]
-                if req.max_new <= 0:
+                if req.max_new <= 0 and not req.wants_input_logprobs:
                     empty.append(self._waiting.popleft())
                     continue
                 if (self._running or admitted) and used + req.reserved > self.max_total_tokens:
@@ -793,6 +799,9 @@ class Engine:
         eos = self._eos
         self.stats["num_generated_tokens"] += len(reqs)
         for req, tf, lp in zip(reqs, both[0], both[1], strict=True):
+            if req.max_new <= 0:  # a scoring request: prefilled, nothing generated
+                req.finish = {"type": "length", "length": 0}
+                continue
             t = int(tf)
             out = req.output_ids
             out.append(t)
