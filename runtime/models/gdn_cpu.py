@@ -183,3 +183,19 @@ def has_gated_delta_net(model: Any) -> bool:
     if blocks is None:
         return False
     return any(type(b.attention).__name__ == "GatedDeltaNet" for b in blocks.values())
+
+
+def install_transformers_cpu_fallbacks() -> None:
+    """transformers' ``olmo_hybrid`` takes fla's kernels whenever fla imports, CPU tensors
+    too (where triton has no driver); route non-CUDA calls to its own torch reference.
+    Used where an exported checkpoint is checked with ``from_pretrained`` on a CPU."""
+    from transformers.models.olmo_hybrid import modeling_olmo_hybrid as hf
+
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+        current = getattr(hf, name)
+        reference = getattr(current, "__wrapped__", None)
+        if reference is None or getattr(current, "_rlc_dispatch", False):
+            continue
+        op = _dispatch(current, reference)
+        op._rlc_dispatch = True  # type: ignore[attr-defined]
+        setattr(hf, name, op)

@@ -81,7 +81,7 @@ def test_olmoe_source_compiles_as_moe(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("model_type", "cfg", "reason"),
     [
-        ("olmo_hybrid", {}, "flash-linear-attention"),
+        ("olmo_hybrid", {}, "num_hidden_layers"),
         ("llama", {}, "'llama' is not supported"),
         ("olmo2", {"attention_bias": True}, "attention_bias"),
         ("olmo2", {"rope_scaling": {"rope_type": "yarn"}}, "RoPE scaling"),
