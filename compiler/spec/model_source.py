@@ -278,6 +278,4 @@ def inspect(source: str, fmt: str | None, hf_template: str | None, written: str 
         return SourceInfo(problem=problem)
     family = HF_FAMILIES.get(str(cfg.get("model_type")), "")
     shape = hf_shape(cfg)
-    return SourceInfo(
-        family=family, shape=shape, recurrent_layers=shape.get("recurrent_layers", 0)
-    )
+    return SourceInfo(family=family, shape=shape, recurrent_layers=shape.get("recurrent_layers", 0))

@@ -97,9 +97,7 @@ def check_hybrid_config(cfg: dict[str, Any]) -> list[str]:
             "(pip install 'rlc[runtime]')"
         )
     key_dim = cfg.get("linear_key_head_dim")
-    if key_dim is not None and int(cfg.get("linear_value_head_dim") or 2 * key_dim) % int(
-        key_dim
-    ):
+    if key_dim is not None and int(cfg.get("linear_value_head_dim") or 2 * key_dim) % int(key_dim):
         raise UnsupportedHFModel("linear_value_head_dim must be a multiple of the key head dim")
     return types
 
@@ -114,7 +112,9 @@ def _gdn_dims(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
     return k_heads, v_heads, k_dim, v_dim
 
 
-def hybrid_config_to_olmo_core(cfg: dict[str, Any], *, attn_backend: str = "torch") -> TransformerConfig:
+def hybrid_config_to_olmo_core(
+    cfg: dict[str, Any], *, attn_backend: str = "torch"
+) -> TransformerConfig:
     """The OLMo-core config of an ``olmo_hybrid`` ``config.json`` dict."""
     from olmo_core.nn.attention import AttentionBackendName
     from olmo_core.nn.attention.recurrent import GatedDeltaNetConfig
@@ -217,7 +217,9 @@ def hybrid_state_from_hf(
     inverse = {hf: ours for ours, hf in shared.items()}
     for i, kind in enumerate(types):
         table = gdn if kind == GDN else attn
-        inverse.update({f"model.layers.{i}.{hf}": f"blocks.{i}.{ours}" for ours, hf in table.items()})
+        inverse.update(
+            {f"model.layers.{i}.{hf}": f"blocks.{i}.{ours}" for ours, hf in table.items()}
+        )
     state: dict[str, torch.Tensor] = {}
     unknown = []
     for name, value in _normalise_hf_names(hf_state, cfg).items():
@@ -257,7 +259,9 @@ def hybrid_hf_config(model: Transformer, max_position_embeddings: int) -> dict[s
     return get_hybrid_hf_config(model, types, max_seq_len=max_position_embeddings)
 
 
-def hybrid_state_to_hf(model: Transformer, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def hybrid_state_to_hf(
+    model: Transformer, state: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
     from olmo_core.nn.hf import convert_hybrid_state_to_hf, get_hybrid_layer_types
 
     hf = convert_hybrid_state_to_hf(state, get_hybrid_layer_types(model))

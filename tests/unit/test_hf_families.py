@@ -45,7 +45,10 @@ def _common(tok):
 
 MOE = dict(num_experts=4, num_experts_per_tok=2)
 HYBRID = dict(
-    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=16,
 )
 FAMILIES = {
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, "dense"),

@@ -36,7 +36,9 @@ class RecurrentState:
         self.state: dict[int, torch.Tensor] = {}
         for li, m in mixers.items():
             channels = 2 * m.key_dim + m.value_dim
-            self.conv[li] = torch.zeros(slots, channels, m.conv_size - 1, dtype=dtype, device=device)
+            self.conv[li] = torch.zeros(
+                slots, channels, m.conv_size - 1, dtype=dtype, device=device
+            )
             shape = (slots, m.n_v_heads, m.head_k_dim, m.head_v_dim)
             self.state[li] = torch.zeros(shape, dtype=torch.float32, device=device)
 
