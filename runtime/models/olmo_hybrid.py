@@ -139,9 +139,9 @@ def hybrid_config_to_olmo_core(
     assert not isinstance(config.block, dict)
     attn_block = config.block
     if theta is None:
-        attn_block = dataclasses.replace(
-            attn_block, sequence_mixer=dataclasses.replace(attn_block.sequence_mixer, rope=None)
-        )
+        nope: Any = dataclasses.replace(attn_block.sequence_mixer)
+        nope.rope = None  # NoPE: transformers skips RoPE without rope_parameters
+        attn_block = dataclasses.replace(attn_block, sequence_mixer=nope)
     k_heads, v_heads, k_dim, v_dim = _gdn_dims(cfg)
     gdn_block = dataclasses.replace(
         attn_block,
@@ -247,6 +247,7 @@ def hybrid_hf_config(model: Transformer, max_position_embeddings: int) -> dict[s
     from .hf import UnsupportedHFModel
 
     types = get_hybrid_layer_types(model)
+    block: Any
     for idx, block in model.blocks.items():
         kind = type(block).__name__
         want = "TransformerBlock" if types[int(idx)] == GDN else "ReorderedNormTransformerBlock"
@@ -254,7 +255,7 @@ def hybrid_hf_config(model: Transformer, max_position_embeddings: int) -> dict[s
             raise UnsupportedHFModel(
                 f"olmo_hybrid has {want} for {types[int(idx)]} layers; layer {idx} is {kind}"
             )
-        if types[int(idx)] == GDN and abs(block.attention.o_norm.eps - GDN_NORM_EPS) > 0:
+        if types[int(idx)] == GDN and block.attention.o_norm.eps != GDN_NORM_EPS:
             raise UnsupportedHFModel(f"olmo_hybrid's GatedDeltaNet norm eps is {GDN_NORM_EPS}")
     return get_hybrid_hf_config(model, types, max_seq_len=max_position_embeddings)
 
