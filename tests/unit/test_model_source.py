@@ -278,3 +278,46 @@ def test_runtime_refuses_an_unloadable_source_before_engines_start(
     want = {"missing": "neither builtin", "no-weights": "safetensors"}[case]
     assert want in lines[0]
     assert not (tmp_path / "run" / "logs").exists()  # no engine (or any role) was started
+
+
+HYBRID_CFG = dict(
+    hidden_size=256,
+    num_hidden_layers=8,  # transformers' default layer_types: every 4th layer attends
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    vocab_size=1000,
+    intermediate_size=512,
+    linear_num_key_heads=4,
+    linear_num_value_heads=8,
+    linear_key_head_dim=32,
+    linear_value_head_dim=64,
+)
+
+
+def test_olmo_hybrid_is_counted_with_its_recurrent_state(tmp_path: Path) -> None:
+    """olmo_hybrid compiles: dense family, the parameter count transformers' and OLMo-core's
+    models report for this config (6,852,064), KV for the 2 attention layers only and one
+    fixed-size state per running sequence for the 6 GatedDeltaNet layers."""
+    src = _hf_dir(tmp_path / "hybrid", "olmo_hybrid", **HYBRID_CFG)
+    r, _ = _compile(tmp_path, str(src), extra="", output="")
+    assert r.ok, _codes(r)
+    m = r.manifest()
+    assert m["config"]["model"]["architecture"] == "dense"
+    assert m["config"]["model"]["num_params"] == 6_852_064
+    assert m["facts"]["model_recurrent_layers"] == 6
+    engine = m["plan"]["memory"]["engine_parts_gib"]
+    slots = m["config"]["inference"]["max_running_requests"]
+    # fp32 state (8 x 32 x 64) + bf16 conv tails (768 channels x 3) per layer and sequence
+    assert engine["recurrent_state"] == round(
+        slots * 6 * (8 * 32 * 64 * 4 + 768 * 3 * 2) / 2**30, 3
+    )
+    plain = _hf_dir(tmp_path / "plain", "olmo2", **HYBRID_CFG)
+    kv_plain = _compile(tmp_path, str(plain))[0].manifest()["plan"]["memory"]["engine_parts_gib"]
+    assert engine["kv_cache"] == pytest.approx(kv_plain["kv_cache"] / 4, abs=1e-3)
+
+
+def test_olmo_hybrid_on_sglang_is_refused_at_the_engine_line(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "hybrid", "olmo_hybrid", **HYBRID_CFG)
+    r, _ = _compile(tmp_path, str(src), engine="sglang")
+    errors = [d for d in r.errors if d.code == "model-sglang-no-recurrent-layers"]
+    assert errors and "OlmoHybridForCausalLM" in errors[0].message, _codes(r)
