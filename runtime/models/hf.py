@@ -23,7 +23,6 @@ transformers architecture has them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,11 @@ from olmo_core.nn.transformer import (
     TransformerType,
 )
 
+from .hf_common import UnsupportedHFModel, write_generation_files
 from .tokenizer import Tokenizer
 from .weights import load_safetensors, save_safetensors
+
+__all__ = ["UnsupportedHFModel", "export_hf", "hf_config_to_olmo_core", "load_hf_state"]
 
 #: HF ``model_type`` -> our family. Keep in step with ``compiler/spec/model_source.py``.
 HF_FAMILIES: dict[str, str] = {
@@ -53,10 +55,6 @@ SUPPORTED_HF_TYPES = tuple(HF_FAMILIES)
 REFUSED_HF_TYPES: dict[str, str] = {}
 # OLMoE default router settings (HF's OlmoeConfig has no z-loss field).
 _MOE_Z_LOSS = 0.001
-
-
-class UnsupportedHFModel(ValueError):
-    """The HF checkpoint uses an architecture or option we cannot map to OLMo-core."""
 
 
 def _register_olmoe_mappings() -> None:
@@ -329,15 +327,3 @@ def export_hf(
     hf_config.save_pretrained(str(out))
     write_generation_files(out, tokenizer)
     return out
-
-
-def write_generation_files(out: Path, tokenizer: Tokenizer) -> None:
-    """``generation_config.json`` (sampling, as the rollouts do) and the tokenizer."""
-    gen = {
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "do_sample": True,
-        "temperature": 1.0,
-    }
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-    tokenizer.save(out)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from olmo_core.nn.transformer import Transformer, TransformerBlockType, TransformerConfig
 
+from .hf_common import UnsupportedHFModel, write_generation_files
 from .tokenizer import Tokenizer
 from .weights import save_safetensors
 
@@ -82,8 +83,6 @@ def _rope_theta(cfg: dict[str, Any]) -> float | None:
 
 def check_hybrid_config(cfg: dict[str, Any]) -> list[str]:
     """The layer types of a valid config, or ``UnsupportedHybrid`` with the reason."""
-    from .hf import UnsupportedHFModel
-
     try:
         types = _layer_types(cfg)
         _rope_theta(cfg)
@@ -228,8 +227,6 @@ def hybrid_state_from_hf(
         else:
             unknown.append(name)
     if unknown:
-        from .hf import UnsupportedHFModel
-
         raise UnsupportedHFModel(f"olmo_hybrid weights with no OLMo-core name: {unknown[:5]}")
     return state
 
@@ -243,8 +240,6 @@ def is_hybrid(model: Transformer) -> bool:
 def hybrid_hf_config(model: Transformer, max_position_embeddings: int) -> dict[str, Any]:
     """``config.json`` of the HF export: OLMo-core's hybrid config builder."""
     from olmo_core.nn.hf import get_hybrid_hf_config, get_hybrid_layer_types
-
-    from .hf import UnsupportedHFModel
 
     types = get_hybrid_layer_types(model)
     block: Any
@@ -282,8 +277,6 @@ def export_hybrid_hf(
     max_position_embeddings: int = 65536,
 ) -> Path:
     """Write ``OlmoHybridForCausalLM``'s checkpoint (safetensors, config, tokenizer)."""
-    from .hf import write_generation_files
-
     cfg = hybrid_hf_config(model, max_position_embeddings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
