@@ -37,7 +37,7 @@ from olmo_core.nn.transformer import (
     TransformerType,
 )
 
-from .hf_common import UnsupportedHFModel, write_generation_files
+from .hf_common import UnsupportedHFModel, export_state, write_generation_files
 from .tokenizer import Tokenizer
 from .weights import load_safetensors, save_safetensors
 
@@ -313,9 +313,7 @@ def export_hf(
     hf_config.eos_token_id = tokenizer.eos_token_id
     hf_config.pad_token_id = tokenizer.pad_token_id
     hf_config.bos_token_id = None
-    state = {k: v.detach().cpu() for k, v in (state_dict or model.state_dict()).items()}
-    if dtype is not None:
-        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    state = export_state(model, state_dict, dtype)
     _dropless_to_default_layout(model, state)
     hf_state = convert_state_to_hf(hf_config, state)
     if hf_config.tie_word_embeddings:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from olmo_core.nn.transformer import Transformer, TransformerBlockType, TransformerConfig
 
-from .hf_common import UnsupportedHFModel, write_generation_files
+from .hf_common import UnsupportedHFModel, export_state, write_generation_files
 from .tokenizer import Tokenizer
 from .weights import save_safetensors
 
@@ -280,9 +280,7 @@ def export_hybrid_hf(
     cfg = hybrid_hf_config(model, max_position_embeddings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu() for k, v in (state_dict or model.state_dict()).items()}
-    if dtype is not None:
-        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    state = export_state(model, state_dict, dtype)
     hf_state = hybrid_state_to_hf(model, state)
     cfg["eos_token_id"] = tokenizer.eos_token_id
     cfg["pad_token_id"] = tokenizer.pad_token_id

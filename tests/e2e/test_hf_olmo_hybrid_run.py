@@ -7,12 +7,10 @@ tests/unit/test_hf_families.py, where the rewards are chosen)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from rt_helpers import ROOT, SMALL, compile_manifest, env, records, run
+from rt_helpers import SMALL, compile_manifest, make_hf_checkpoint, records, run
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +20,7 @@ N = 2
 def test_olmo_hybrid_hf_source_trains_and_exports(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    src = tmp_path / "olmo_hybrid"
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_hf_checkpoint.py")]
-        + ["--family", "olmo_hybrid", "--out", str(src)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
+    src = make_hf_checkpoint(tmp_path / "olmo_hybrid", "olmo_hybrid")
     overrides = (
         *SMALL,
         f"training.num_rollouts={N}",
