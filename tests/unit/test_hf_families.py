@@ -249,3 +249,61 @@ def test_dropless_experts_export_in_hf_layout(tmp_path) -> None:
         assert torch.equal(state[f"{pre}.up_proj.weight"], mlp.w3.view(4, 32, 64)[e])
         assert torch.equal(state[f"{pre}.down_proj.weight"], mlp.w2.view(4, 32, 64)[e].T)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "olmoe"
+
+
+def test_max_mamba_cache_size_bounds_the_running_sequences(tmp_path) -> None:
+    """``inference.max_mamba_cache_size`` reaches the embedded engine and, for a model with
+    GatedDeltaNet layers, bounds how many sequences run (one recurrent state each): five
+    greedy requests through two states give the model's own greedy continuations."""
+    import threading
+
+    from compiler.pipeline import compile_spec
+    from runtime.engines.embedded.__main__ import build_parser
+    from runtime.engines.embedded.engine import Engine
+    from runtime.engines.embedded.sampling import SamplingParams
+    from runtime.engines.embedded.tiny import build_tiny
+
+    from pathlib import Path
+
+    spec = str(Path(__file__).resolve().parents[2] / "specs" / "examples" / "quickstart.toml")
+    argv = compile_spec(spec, ["inference.max_mamba_cache_size=2"]).manifest()["commands"]
+    assert build_parser().parse_args(argv["engine_argv"][0][3:]).max_mamba_cache_size == 2
+    dense = Engine(
+        build_tiny("dense"), model_path="t", max_running_requests=4, max_mamba_cache_size=2
+    )
+    assert dense.max_running == 4  # no recurrent state: the option does not apply
+
+    write_hf_checkpoint(tmp_path, "olmo_hybrid")
+    loaded = load_model(str(tmp_path))
+    eng = Engine(
+        loaded, model_path="t", max_running_requests=4, context_length=32, max_mamba_cache_size=2
+    )
+    assert eng.max_running == 2 and eng.im.recurrent is not None
+    assert all(t.shape[0] == 2 for t in eng.im.recurrent.tensors())
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 60, (3 + i,), generator=gen).tolist() for i in range(5)]
+    results: dict[int, dict] = {}
+    done = threading.Event()
+
+    def callback(i: int):  # type: ignore[no-untyped-def]
+        def f(res: dict) -> None:
+            results[i] = res
+            if len(results) == len(prompts):
+                done.set()
+
+        return f
+
+    eng.start()
+    try:
+        for i, p in enumerate(prompts):
+            sp = SamplingParams(max_new_tokens=3 + i, temperature=0.0, ignore_eos=True)
+            eng.submit(eng.make_request(p, sp, callback(i)))
+        assert done.wait(120), "engine did not finish"
+    finally:
+        eng.stop()
+    for i, p in enumerate(prompts):
+        ids = list(p)
+        with torch.no_grad():
+            for _ in range(3 + i):
+                ids.append(int(loaded.model(torch.tensor([ids]))[0, -1].argmax()))
+        assert results[i]["output_ids"] == ids[len(p) :], i
