@@ -9,6 +9,7 @@ fla's torch reference on our side and transformers' own torch reference on the H
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -251,7 +252,7 @@ def test_dropless_experts_export_in_hf_layout(tmp_path) -> None:
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "olmoe"
 
 
-def test_max_mamba_cache_size_bounds_the_running_sequences(tmp_path) -> None:
+def test_max_mamba_cache_size_bounds_the_running_sequences(tmp_path, monkeypatch) -> None:
     """``inference.max_mamba_cache_size`` reaches the embedded engine and, for a model with
     GatedDeltaNet layers, bounds how many sequences run (one recurrent state each): five
     greedy requests through two states give the model's own greedy continuations."""
@@ -263,9 +264,9 @@ def test_max_mamba_cache_size_bounds_the_running_sequences(tmp_path) -> None:
     from runtime.engines.embedded.sampling import SamplingParams
     from runtime.engines.embedded.tiny import build_tiny
 
-    from pathlib import Path
-
-    spec = str(Path(__file__).resolve().parents[2] / "specs" / "examples" / "quickstart.toml")
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the quickstart's output.root lies under the checkout
+    spec = str(root / "specs" / "examples" / "quickstart.toml")
     argv = compile_spec(spec, ["inference.max_mamba_cache_size=2"]).manifest()["commands"]
     assert build_parser().parse_args(argv["engine_argv"][0][3:]).max_mamba_cache_size == 2
     dense = Engine(
