@@ -22,6 +22,9 @@ FAMILIES = {
     "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
     "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM"),
+    # GatedDeltaNet layers beside attention ones (transformers' default: every 4th attends,
+    # and always the last)
+    "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM"),
 }
 
 

@@ -209,6 +209,7 @@ def _source_info(manifest: dict[str, Any]) -> Any:
         export_problem="" if str(model.get("source", "")).startswith("builtin:") else str(export),
         template_problem=str(facts.get("model_template_problem", "")),
         shape={str(k): int(v) for k, v in (facts.get("model_source_shape") or {}).items()},
+        recurrent_layers=int(facts.get("model_recurrent_layers", 0) or 0),
     )
 
 

@@ -94,6 +94,9 @@ def engine_argv(
             ]
             if config["model"].get("hf_template"):
                 argv += ["--hf-template", str(config["model"]["hf_template"])]
+            if inf["max_mamba_cache_size"] < inf["max_running_requests"]:
+                # binds only for GatedDeltaNet models: one recurrent state per running sequence
+                argv += ["--max-mamba-cache-size", str(inf["max_mamba_cache_size"])]
             if not inf["cuda_graph_decode"]:
                 argv.append("--disable-cuda-graph")
         else:

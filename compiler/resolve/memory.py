@@ -24,7 +24,8 @@ the experts' share of the parameters is not known, all are counted as split over
   ``sqrt(v)`` temporary, one fp32 tensor per parameter, all at once (the Adam states are
   allocated inside the first step).
 
-Engine = bf16 weights + its KV cache + the prefill's transient (one prompt is never split:
+Engine = bf16 weights + its KV cache (+ the GatedDeltaNet layers' per-sequence state of an
+olmo_hybrid model: fp32 recurrent state and bf16 convolution tails) + the prefill's transient (one prompt is never split:
 a prefill forward spans up to a whole context, and builds a ``T x T`` int64 position grid)
 + the sampler's logits. Colocated, the trainer steps while the engine's weights and KV stay
 resident, and the engine prefills while the trainer holds its weights and Adam states
@@ -63,8 +64,13 @@ def _shape(source: str, info: dict[str, Any]) -> dict[str, int]:
             key, _, val = part.partition("=")
             if key == "vocab_size" and val.isdigit():
                 vocab = int(val)
+    layers = int(info.get("layers", 0))
     return {
-        "layers": int(info.get("layers", 0)),
+        "layers": layers,
+        # olmo_hybrid: only the attention layers keep KV rows; the GatedDeltaNet layers keep
+        # a fixed-size state per sequence instead
+        "kv_layers": int(info.get("kv_layers", layers)),
+        "recurrent_bytes": int(info.get("recurrent_state_bytes", 0)),
         "d": d,
         "f": int(info.get("ffn_hidden", 0)) or 4 * d,
         "kv": int(info.get("kv_heads", 0)) * int(info.get("head_dim", 0)),
@@ -185,12 +191,12 @@ def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
         kv_tokens = slots * (-(-ctx // KV_ROW_ALIGN) * KV_ROW_ALIGN)
     else:  # SGLang sizes its token pool
         kv_tokens = int(inf["max_total_tokens"])
-    kv = kv_tokens * s["layers"] * 2 * s["kv"] * 2
+    kv = kv_tokens * s["kv_layers"] * 2 * s["kv"] * 2
     # a prefill chunk holds up to ENGINE_PREFILL_TOKENS padded tokens, but one prompt is
     # never split: up to a whole context in one forward
     rows = min(max(ENGINE_PREFILL_TOKENS, ctx), slots * ctx)
     prefill = rows * (3 * s["f"] + 6 * s["d"]) * 2
-    return {
+    parts = {
         "weights": int(c["model"]["num_params"]) * 2 / tp,
         "kv_cache": kv / tp,
         "prefill_transient": prefill / tp,
@@ -198,6 +204,12 @@ def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
         "prefill_position_grid": float(ctx * ctx * 8),
         "sampler_logits": float(slots * s["vocab"] * (2 + 3 * 4)),
     }
+    if s["recurrent_bytes"]:  # one state per sequence that holds one (max_mamba_cache_size)
+        states = int(inf.get("max_mamba_cache_size", slots))
+        if inf.get("engine", "embedded") == "embedded":
+            states = min(states, slots)
+        parts["recurrent_state"] = states * s["recurrent_bytes"] / tp
+    return parts
 
 
 def teacher_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
@@ -265,7 +277,8 @@ def estimate(
     # colocated: the trainer's step beside the engine's weights + KV, or the engine's
     # prefill beside the trainer's weights + Adam states, whichever is larger
     colocated = max(
-        trainer + (ep["weights"] + ep["kv_cache"]) / GIB, trainer_resident(tp) / GIB + engine
+        trainer + (ep["weights"] + ep["kv_cache"] + ep.get("recurrent_state", 0.0)) / GIB,
+        trainer_resident(tp) / GIB + engine,
     )
     out["colocated_gib_per_gpu"] = (
         round(colocated, 3) if c["inference"]["placement"] == "colocated" else None

@@ -862,7 +862,7 @@ class _Resolver:
 
     def _source_facts(self) -> dict[str, Any]:
         """What the readable checkpoint says (all empty when it is not readable)."""
-        from compiler.spec.model_source import NO_HF_EXPORT
+        from compiler.spec.model_source import NO_HF_EXPORT, SGLANG_NO_RECURRENT
 
         m, info = self.config["model"], self.source_info
         export = info.export_problem
@@ -875,6 +875,10 @@ class _Resolver:
             "model_template_problem": info.template_problem,
             "model_hf_export_problem": export,
             "model_source_shape": dict(info.shape),
+            # GatedDeltaNet layers: recurrent state per sequence (max_mamba_cache_size bounds
+            # how many sequences hold one), and a model the pinned SGLang cannot serve
+            "model_recurrent_layers": info.recurrent_layers,
+            "model_sglang_problem": SGLANG_NO_RECURRENT if info.recurrent_layers else "",
         }
 
     def _fact_span(

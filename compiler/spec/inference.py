@@ -136,7 +136,8 @@ class InferenceSection(Section):
     radix_cache: bool = fld(False, description="SGLang radix (prefix) cache")
     max_mamba_cache_size: int = fld(
         128,
-        description="recurrent-state slots per engine (hybrid models)",
+        description="recurrent states per engine for GatedDeltaNet (olmo_hybrid) models: one per "
+        "running sequence, so at most this many run at once",
         aliases=("inference.sglang_max_mamba_cache_size",),
         ge=1,
     )

@@ -23,11 +23,14 @@ HF_FAMILIES: dict[str, str] = {
     "olmo3": "dense",
     "flex_olmo": "moe",
     "olmoe": "moe",
+    "olmo_hybrid": "dense",
 }
-REFUSED_HF_TYPES: dict[str, str] = {
-    "olmo_hybrid": "olmo_hybrid checkpoints have GatedDeltaNet layers, which need the "
-    "flash-linear-attention kernels the runtime does not ship",
-}
+REFUSED_HF_TYPES: dict[str, str] = {}
+#: why the pinned SGLang cannot serve a model with GatedDeltaNet (recurrent) layers
+SGLANG_NO_RECURRENT = (
+    "the pinned SGLang (0.5.23) has no olmo_hybrid model (OlmoHybridForCausalLM), so it "
+    "cannot serve GatedDeltaNet layers"
+)
 NATIVE_META = "rlc_model.json"
 NO_HF_EXPORT = {
     "moe": "shared-expert MoE blocks (builtin MoE models) have no transformers architecture",
@@ -91,6 +94,7 @@ class SourceInfo:
     export_problem: str = ""
     template_problem: str = ""
     shape: dict[str, int] = field(default_factory=dict)  # like BUILTIN_MODELS' sizes
+    recurrent_layers: int = 0  # GatedDeltaNet layers (olmo_hybrid): state per sequence
 
 
 def _read_json(path: str) -> dict[str, Any] | str:
@@ -111,6 +115,10 @@ def _hf_problem(cfg: dict[str, Any]) -> str:
         )
     if cfg.get("attention_bias"):
         return "attention_bias = true is not supported"
+    if model_type == "olmo_hybrid":
+        types = _hybrid_layer_types(cfg)
+        if isinstance(types, str):
+            return types
     if cfg.get("clip_qkv") is not None:
         return "clip_qkv is not supported"
     params = cfg.get("rope_parameters") or {}
@@ -121,6 +129,39 @@ def _hf_problem(cfg: dict[str, Any]) -> str:
     ):
         return "RoPE scaling is not supported"
     return ""
+
+
+def _hybrid_layer_types(cfg: dict[str, Any]) -> list[str] | str:
+    """``layer_types`` of an olmo_hybrid config (transformers' default: every 4th layer
+    attends), or why they are unusable."""
+    try:
+        n = int(cfg["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError):
+        return "config.json has no usable num_hidden_layers"
+    types = cfg.get("layer_types")
+    if types is None:
+        types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(n)]
+        if "full_attention" not in types:
+            types[-1] = "full_attention"
+    if not isinstance(types, list) or len(types) != n:
+        return f"layer_types must list {n} layer kinds"
+    if set(types) - {"linear_attention", "full_attention"}:
+        return "layer_types may hold only 'linear_attention' and 'full_attention'"
+    return [str(t) for t in types]
+
+
+def _gdn_sizes(cfg: dict[str, Any], d: int, heads: int) -> tuple[int, int, int]:
+    """(parameters, recurrent-state bytes, convolution-state elements) of one
+    GatedDeltaNet layer (transformers' defaults for absent sizes)."""
+    k_heads = int(cfg.get("linear_num_key_heads") or heads)
+    v_heads = int(cfg.get("linear_num_value_heads") or heads)
+    k_dim = int(cfg.get("linear_key_head_dim") or int(0.75 * d / k_heads))
+    v_dim = int(cfg.get("linear_value_head_dim") or 2 * k_dim)
+    conv = int(cfg.get("linear_conv_kernel_dim") or 4)
+    key, value = k_heads * k_dim, v_heads * v_dim
+    params = d * (2 * key + 2 * value + 2 * v_heads) + value * d + 2 * v_heads
+    params += conv * (2 * key + value) + v_dim
+    return params, v_heads * k_dim * v_dim * 4, (2 * key + value) * (conv - 1)
 
 
 def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
@@ -142,8 +183,17 @@ def hf_shape(cfg: dict[str, Any]) -> dict[str, int]:
     experts = int(cfg.get("num_experts") or 0)
     mlp = experts * (3 * d * inter + d) if experts else 3 * d * inter
     embed = vocab * d * (1 if cfg.get("tie_word_embeddings") else 2)
-    params = embed + layers * (attn + mlp + 2 * d) + d
+    types = _hybrid_layer_types(cfg) if cfg.get("model_type") == "olmo_hybrid" else []
+    recurrent = sum(t == "linear_attention" for t in types)
+    gdn_params, state_bytes, conv_elems = _gdn_sizes(cfg, d, heads) if recurrent else (0, 0, 0)
+    params = embed + (layers - recurrent) * (attn + mlp + 2 * d) + d
+    params += recurrent * (gdn_params + mlp + 2 * d)
     out = {"params": params, "layers": layers, "hidden": d, "kv_heads": kv, "head_dim": head_dim}
+    if recurrent:
+        # KV rows for the attention layers only; a fixed-size state per sequence for the rest
+        out["kv_layers"] = layers - recurrent
+        out["recurrent_layers"] = recurrent
+        out["recurrent_state_bytes"] = recurrent * (state_bytes + 2 * conv_elems)
     out["vocab"] = vocab
     # MLP width one token passes through (the routed experts' sum for MoE)
     out["ffn_hidden"] = inter * (int(cfg.get("num_experts_per_tok") or 1) if experts else 1)
@@ -173,10 +223,6 @@ def _has_weights(path: str) -> bool:
 
 def _olmo_core_family(model: dict[str, Any]) -> tuple[str, str, str]:
     """(family, export problem, load problem) of an OLMo-core ``TransformerConfig`` dict."""
-    text = json.dumps(model).lower()
-    if "gated_delta" in text or "gateddeltanet" in text:
-        why = "it has GatedDeltaNet layers, which need the flash-linear-attention kernels"
-        return "", "", why + " the runtime does not ship"
     block = model.get("block") or {}
     blocks = [block] if "name" in block else list(block.values())
     blocks = [b for b in blocks if isinstance(b, dict)]
@@ -270,12 +316,14 @@ def inspect(
             )
         model = cfg["model"] if isinstance(cfg["model"], dict) else {}
         family, export, problem = _olmo_core_family(model)
+        text = json.dumps(model).lower()
+        recurrent = int("gated_delta" in text or "gateddeltanet" in text)
         template = ""
         if hf_template and os.path.isdir(hf_template):
             template = _tokenizer_problem(hf_template, "model.hf_template", chat_template)
         elif hf_template and os.path.exists(hf_template):
             template = "model.hf_template is not a directory"
-        return SourceInfo(problem, family, export, template)
+        return SourceInfo(problem, family, export, template, recurrent_layers=recurrent)
     problem = _hf_problem(cfg)
     if not problem and not _has_weights(source):
         problem = "no *.safetensors weights (only safetensors checkpoints are read)"
@@ -284,4 +332,5 @@ def inspect(
     if problem:
         return SourceInfo(problem=problem)
     family = HF_FAMILIES.get(str(cfg.get("model_type")), "")
-    return SourceInfo(family=family, shape=hf_shape(cfg))
+    shape = hf_shape(cfg)
+    return SourceInfo(family=family, shape=shape, recurrent_layers=shape.get("recurrent_layers", 0))

@@ -6,7 +6,9 @@ One table (``HF_FAMILIES``) says which HF ``model_type`` maps to which OLMo-core
   the sliding-window layer pattern);
 * ``flex_olmo``: the same block with a routed MoE instead of the MLP;
 * ``olmoe``: pre-norm MoE blocks (``input_layernorm`` before attention,
-  ``post_attention_layernorm`` before the experts) with full-width QK norm.
+  ``post_attention_layernorm`` before the experts) with full-width QK norm;
+* ``olmo_hybrid``: GatedDeltaNet (linear attention) blocks, pre-norm, beside post-norm
+  attention blocks, in the order of ``layer_types`` (``runtime.models.olmo_hybrid``).
 
 State dicts go through ``olmo_core.nn.hf.convert_state_{from,to}_hf``. OLMo-core's tables
 have no ``olmoe`` entry, and its generic norm mapping is OLMo 2's post-norm one, so the
@@ -15,14 +17,12 @@ extension point), exactly as OLMo-core does for ``llama``. The imported MoE uses
 factor of ``num_experts / top_k``: no token is ever dropped, so it computes what HF computes.
 
 Refused, with the reason (the compiler refuses the same sources before anything starts):
-``olmo_hybrid`` (its GatedDeltaNet layers need the flash-linear-attention kernels, and
-OLMo-core converts hybrids only towards HF), shared-expert MoE and OLMo-core's parallel
-dense+MoE ("hybrid MoE") blocks on export (no transformers architecture has them).
+shared-expert MoE and OLMo-core's parallel dense+MoE ("hybrid MoE") blocks on export (no
+transformers architecture has them).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,11 @@ from olmo_core.nn.transformer import (
     TransformerType,
 )
 
+from .hf_common import UnsupportedHFModel, export_state, write_generation_files
 from .tokenizer import Tokenizer
 from .weights import load_safetensors, save_safetensors
+
+__all__ = ["UnsupportedHFModel", "export_hf", "hf_config_to_olmo_core", "load_hf_state"]
 
 #: HF ``model_type`` -> our family. Keep in step with ``compiler/spec/model_source.py``.
 HF_FAMILIES: dict[str, str] = {
@@ -46,19 +49,12 @@ HF_FAMILIES: dict[str, str] = {
     "olmo3": "dense",
     "flex_olmo": "moe",
     "olmoe": "moe",
+    "olmo_hybrid": "dense",
 }
 SUPPORTED_HF_TYPES = tuple(HF_FAMILIES)
-REFUSED_HF_TYPES: dict[str, str] = {
-    "olmo_hybrid": "olmo_hybrid checkpoints have GatedDeltaNet layers, which need the "
-    "flash-linear-attention kernels the runtime does not ship (and OLMo-core converts "
-    "hybrids only towards HF)",
-}
+REFUSED_HF_TYPES: dict[str, str] = {}
 # OLMoE default router settings (HF's OlmoeConfig has no z-loss field).
 _MOE_Z_LOSS = 0.001
-
-
-class UnsupportedHFModel(ValueError):
-    """The HF checkpoint uses an architecture or option we cannot map to OLMo-core."""
 
 
 def _register_olmoe_mappings() -> None:
@@ -144,7 +140,12 @@ def check_hf_config(cfg: dict[str, Any]) -> str:
         raise UnsupportedHFModel("attention_bias=true is not supported")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedHFModel("clip_qkv is not supported")
-    _rope_theta(cfg)
+    if model_type == "olmo_hybrid":
+        from .olmo_hybrid import check_hybrid_config
+
+        check_hybrid_config(cfg)
+    else:
+        _rope_theta(cfg)
     return HF_FAMILIES[str(model_type)]
 
 
@@ -154,6 +155,10 @@ def hf_config_to_olmo_core(
     """Map an HF ``config.json`` dict to ``(family, TransformerConfig)``."""
     family = check_hf_config(cfg)
     model_type = cfg["model_type"]
+    if model_type == "olmo_hybrid":
+        from .olmo_hybrid import hybrid_config_to_olmo_core
+
+        return family, hybrid_config_to_olmo_core(cfg, attn_backend=attn_backend)
     n_layers = int(cfg["num_hidden_layers"])
     common: dict[str, Any] = dict(
         d_model=int(cfg["hidden_size"]),
@@ -193,6 +198,10 @@ def load_hf_state(path: Path, config: dict[str, Any]) -> dict[str, torch.Tensor]
 
     _register_olmoe_mappings()
     hf_state = load_safetensors(path)
+    if config.get("model_type") == "olmo_hybrid":
+        from .olmo_hybrid import hybrid_state_from_hf
+
+        return hybrid_state_from_hf(hf_state, config)
     hf_config = AutoConfig.for_model(**config)
     return convert_state_from_hf(hf_config, hf_state, model_type=config["model_type"])
 
@@ -289,6 +298,13 @@ def export_hf(
     from olmo_core.nn.hf import convert_state_to_hf
 
     model = _unwrap(model_or_loaded)
+    from .olmo_hybrid import export_hybrid_hf, is_hybrid
+
+    if is_hybrid(model):
+        return export_hybrid_hf(
+            model, tokenizer, out_dir, state_dict=state_dict, dtype=dtype,
+            max_position_embeddings=max_position_embeddings,
+        )  # fmt: skip
     hf_config = hf_config_for(model)
     _register_olmoe_mappings()
     out = Path(out_dir)
@@ -297,9 +313,7 @@ def export_hf(
     hf_config.eos_token_id = tokenizer.eos_token_id
     hf_config.pad_token_id = tokenizer.pad_token_id
     hf_config.bos_token_id = None
-    state = {k: v.detach().cpu() for k, v in (state_dict or model.state_dict()).items()}
-    if dtype is not None:
-        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    state = export_state(model, state_dict, dtype)
     _dropless_to_default_layout(model, state)
     hf_state = convert_state_to_hf(hf_config, state)
     if hf_config.tie_word_embeddings:
@@ -309,12 +323,5 @@ def export_hf(
     hf_config.dtype = str(torch_dtype).removeprefix("torch.")
     save_safetensors(hf_state, out)
     hf_config.save_pretrained(str(out))
-    gen = {
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
-        "do_sample": True,
-        "temperature": 1.0,
-    }
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-    tokenizer.save(out)
+    write_generation_files(out, tokenizer)
     return out

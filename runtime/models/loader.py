@@ -12,6 +12,7 @@ from olmo_core.nn.transformer import Transformer, TransformerBlockType, Transfor
 
 from .attention import enable_document_masking
 from .builtin import builtin_config
+from .gdn_cpu import has_gated_delta_net, install_cpu_gdn_fallbacks
 from .moe_cpu import install_cpu_moe_fallbacks
 from .tokenizer import Tokenizer, builtin_tokenizer
 from .weights import load_safetensors, save_safetensors
@@ -88,6 +89,8 @@ def _finish(
         raise ModelLoadError(f"{source} is a {family} model but architecture={architecture!r}")
     if family != "dense":
         install_cpu_moe_fallbacks()
+    if has_gated_delta_net(model):
+        install_cpu_gdn_fallbacks()
     enable_document_masking(model)
     model.to(device=torch.device(device), dtype=dtype)
     model.eval()

@@ -46,6 +46,21 @@ def compile_manifest(out: Path, overrides: Sequence[str] = ()) -> Path:
     return write_manifest(manifest, out / "manifest.json")
 
 
+def make_hf_checkpoint(out: Path, family: str, *args: str) -> Path:
+    """A random-init HF checkpoint of ``family`` written by transformers
+    (scripts/make_hf_checkpoint.py) into ``out``."""
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_hf_checkpoint.py"), "--family", family]
+        + ["--out", str(out), *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    return out
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")

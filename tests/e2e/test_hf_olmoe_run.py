@@ -3,12 +3,10 @@ then the final export and `rlc export` of the newest checkpoint load in transfor
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from rt_helpers import ROOT, SMALL, compile_manifest, env, records, run
+from rt_helpers import SMALL, compile_manifest, make_hf_checkpoint, records, run
 
 pytestmark = pytest.mark.slow
 
@@ -18,16 +16,7 @@ N = 3
 def test_olmoe_hf_source_trains_with_router_replay_and_exports(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    src = tmp_path / "olmoe"
-    made = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_hf_checkpoint.py"), "--family", "olmoe"]
-        + ["--out", str(src), "--experts", "4", "--top-k", "2"],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
+    src = make_hf_checkpoint(tmp_path / "olmoe", "olmoe", "--experts", "4", "--top-k", "2")
     overrides = (
         *SMALL,
         f"training.num_rollouts={N}",

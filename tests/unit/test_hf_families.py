@@ -2,12 +2,14 @@
 
 Tiny random checkpoints are written here by transformers itself (its config classes and
 ``save_pretrained``); after one GRPO step the exported directory, loaded back with
-``from_pretrained``, must give our model's logits.
+``from_pretrained``, must give our model's logits. ``olmo_hybrid``'s GatedDeltaNet layers run
+fla's torch reference on our side and transformers' own torch reference on the HF side.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,12 @@ def _common(tok):
 
 
 MOE = dict(num_experts=4, num_experts_per_tok=2)
+HYBRID = dict(
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=16,
+)
 FAMILIES = {
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, "dense"),
     "olmo3": (
@@ -54,7 +62,16 @@ FAMILIES = {
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", MOE, "moe"),
     "olmoe-norm-topk": ("OlmoeConfig", "OlmoeForCausalLM", {**MOE, "norm_topk_prob": True}, "moe"),
     "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM", MOE, "moe"),
+    # layers: GatedDeltaNet, attention; more value heads than key heads (GVA)
+    "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM", HYBRID, "dense"),
 }
+
+
+@pytest.fixture(autouse=True)
+def _hf_hybrid_on_cpu() -> None:
+    from runtime.models.gdn_cpu import install_transformers_cpu_fallbacks
+
+    install_transformers_cpu_fallbacks()
 
 
 def write_hf_checkpoint(out, kind: str, seed: int = 0):
@@ -142,12 +159,37 @@ def test_moe_routing_is_exercised(tmp_path) -> None:
         assert (loaded.model(x) - hf(x).logits).abs().max() > 1e-3
 
 
-def test_olmo_hybrid_refused_with_reason(tmp_path) -> None:
-    tok = build_builtin_tokenizer()
-    transformers.OlmoHybridConfig(**_common(tok)).save_pretrained(str(tmp_path))
-    tok.save(tmp_path)
-    with pytest.raises(ModelLoadError, match="flash-linear-attention"):
-        load_model(str(tmp_path))
+def test_engine_carries_recurrent_state_of_concurrent_sequences(tmp_path) -> None:
+    """olmo_hybrid in the embedded engine: three ragged prompts prefilled together, decoded
+    together step after step (each GatedDeltaNet state advanced in its own slot), one moved
+    to another slot mid-way (compaction): every step gives the model's own logits."""
+    from runtime.engines.embedded.forward import InferenceModel
+
+    write_hf_checkpoint(tmp_path, "olmo_hybrid")
+    loaded = load_model(str(tmp_path))
+    vocab = loaded.tokenizer.vocab_size
+    gen = torch.Generator().manual_seed(3)
+    full = [torch.randint(0, vocab, (SEQ,), generator=gen).tolist() for _ in range(3)]
+    starts = [5, 11, 2]
+    with torch.no_grad():
+        refs = [loaded.model(torch.tensor([f]))[0] for f in full]
+    im = InferenceModel(loaded.model, max_slots=4, capacity=32)
+    assert im.recurrent is not None and len(im.recurrent.state) == 1
+    _, prefilled, _ = im.prefill_batch(
+        [f[:n] for f, n in zip(full, starts, strict=True)], [0, 1, 2], want_all=[True] * 3
+    )
+    for b, n in enumerate(starts):
+        assert (prefilled[b] - refs[b][:n]).abs().max().item() < 1e-4
+    pos, rows = list(starts), [0, 1, 2]  # rows: which sequence sits in slot 0, 1, 2
+    for step in range(SEQ - max(starts)):
+        if step == 4:  # the sequence in slot 0 finishes; slot 2's moves into the hole
+            im.move_slot(2, 0, pos[rows[2]])
+            rows = [rows[2], rows[1]]
+        toks = torch.tensor([full[r][pos[r]] for r in rows])
+        logits, _ = im.decode(toks, torch.tensor([pos[r] for r in rows]))
+        for b, r in enumerate(rows):
+            assert (logits[b] - refs[r][pos[r]]).abs().max().item() < 1e-4, (step, r)
+            pos[r] += 1
 
 
 def test_missing_tokenizer_is_a_load_error(tmp_path) -> None:
@@ -208,3 +250,61 @@ def test_dropless_experts_export_in_hf_layout(tmp_path) -> None:
         assert torch.equal(state[f"{pre}.up_proj.weight"], mlp.w3.view(4, 32, 64)[e])
         assert torch.equal(state[f"{pre}.down_proj.weight"], mlp.w2.view(4, 32, 64)[e].T)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "olmoe"
+
+
+def test_max_mamba_cache_size_bounds_the_running_sequences(tmp_path, monkeypatch) -> None:
+    """``inference.max_mamba_cache_size`` reaches the embedded engine and, for a model with
+    GatedDeltaNet layers, bounds how many sequences run (one recurrent state each): five
+    greedy requests through two states give the model's own greedy continuations."""
+    import threading
+
+    from compiler.pipeline import compile_spec
+    from runtime.engines.embedded.__main__ import build_parser
+    from runtime.engines.embedded.engine import Engine
+    from runtime.engines.embedded.sampling import SamplingParams
+    from runtime.engines.embedded.tiny import build_tiny
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the quickstart's output.root lies under the checkout
+    spec = str(root / "specs" / "examples" / "quickstart.toml")
+    argv = compile_spec(spec, ["inference.max_mamba_cache_size=2"]).manifest()["commands"]
+    assert build_parser().parse_args(argv["engine_argv"][0][3:]).max_mamba_cache_size == 2
+    dense = Engine(
+        build_tiny("dense"), model_path="t", max_running_requests=4, max_mamba_cache_size=2
+    )
+    assert dense.max_running == 4  # no recurrent state: the option does not apply
+
+    write_hf_checkpoint(tmp_path, "olmo_hybrid")
+    loaded = load_model(str(tmp_path))
+    eng = Engine(
+        loaded, model_path="t", max_running_requests=4, context_length=32, max_mamba_cache_size=2
+    )
+    assert eng.max_running == 2 and eng.im.recurrent is not None
+    assert all(t.shape[0] == 2 for t in eng.im.recurrent.tensors())
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 60, (3 + i,), generator=gen).tolist() for i in range(5)]
+    results: dict[int, dict] = {}
+    done = threading.Event()
+
+    def callback(i: int):  # type: ignore[no-untyped-def]
+        def f(res: dict) -> None:
+            results[i] = res
+            if len(results) == len(prompts):
+                done.set()
+
+        return f
+
+    eng.start()
+    try:
+        for i, p in enumerate(prompts):
+            sp = SamplingParams(max_new_tokens=3 + i, temperature=0.0, ignore_eos=True)
+            eng.submit(eng.make_request(p, sp, callback(i)))
+        assert done.wait(120), "engine did not finish"
+    finally:
+        eng.stop()
+    for i, p in enumerate(prompts):
+        ids = list(p)
+        with torch.no_grad():
+            for _ in range(3 + i):
+                ids.append(int(loaded.model(torch.tensor([ids]))[0, -1].argmax()))
+        assert results[i]["output_ids"] == ids[len(p) :], i

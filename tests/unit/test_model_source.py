@@ -82,7 +82,7 @@ def test_olmoe_source_compiles_as_moe(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("model_type", "cfg", "reason"),
     [
-        ("olmo_hybrid", {}, "flash-linear-attention"),
+        ("olmo_hybrid", {}, "num_hidden_layers"),
         ("llama", {}, "'llama' is not supported"),
         ("olmo2", {"attention_bias": True}, "attention_bias"),
         ("olmo2", {"rope_scaling": {"rope_type": "yarn"}}, "RoPE scaling"),
@@ -300,3 +300,46 @@ def test_hf_source_without_a_chat_template_fails_at_model_source(tmp_path: Path)
     assert r.manifest()["config"]["model"]["chat_template"] == str(tmp_path / "mine.jinja")
     r, _ = _compile(tmp_path, str(src), extra='chat_template = "absent.jinja"')
     assert any("absent.jinja does not exist" in d.message for d in r.errors)
+
+
+HYBRID_CFG = dict(
+    hidden_size=256,
+    num_hidden_layers=8,  # transformers' default layer_types: every 4th layer attends
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    vocab_size=1000,
+    intermediate_size=512,
+    linear_num_key_heads=4,
+    linear_num_value_heads=8,
+    linear_key_head_dim=32,
+    linear_value_head_dim=64,
+)
+
+
+def test_olmo_hybrid_is_counted_with_its_recurrent_state(tmp_path: Path) -> None:
+    """olmo_hybrid compiles: dense family, the parameter count transformers' and OLMo-core's
+    models report for this config (6,852,064), KV for the 2 attention layers only and one
+    fixed-size state per running sequence for the 6 GatedDeltaNet layers."""
+    src = _hf_dir(tmp_path / "hybrid", "olmo_hybrid", **HYBRID_CFG)
+    r, _ = _compile(tmp_path, str(src), extra="", output="")
+    assert r.ok, _codes(r)
+    m = r.manifest()
+    assert m["config"]["model"]["architecture"] == "dense"
+    assert m["config"]["model"]["num_params"] == 6_852_064
+    assert m["facts"]["model_recurrent_layers"] == 6
+    engine = m["plan"]["memory"]["engine_parts_gib"]
+    slots = m["config"]["inference"]["max_running_requests"]
+    # fp32 state (8 x 32 x 64) + bf16 conv tails (768 channels x 3) per layer and sequence
+    assert engine["recurrent_state"] == round(
+        slots * 6 * (8 * 32 * 64 * 4 + 768 * 3 * 2) / 2**30, 3
+    )
+    plain = _hf_dir(tmp_path / "plain", "olmo2", **HYBRID_CFG)
+    kv_plain = _compile(tmp_path, str(plain))[0].manifest()["plan"]["memory"]["engine_parts_gib"]
+    assert engine["kv_cache"] == pytest.approx(kv_plain["kv_cache"] / 4, abs=1e-3)
+
+
+def test_olmo_hybrid_on_sglang_is_refused_at_the_engine_line(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "hybrid", "olmo_hybrid", **HYBRID_CFG)
+    r, _ = _compile(tmp_path, str(src), engine="sglang")
+    errors = [d for d in r.errors if d.code == "model-sglang-no-recurrent-layers"]
+    assert errors and "OlmoHybridForCausalLM" in errors[0].message, _codes(r)

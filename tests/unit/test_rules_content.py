@@ -32,6 +32,7 @@ PYTHON_TOOL = '[environment]\nmax_turns = 2\ntools = ["python"]\n'
 OPD = '[training]\nalgorithm = "opd"\nfilter_zero_std_groups = false\n'
 TEACHER = '[teacher]\nsource = "builtin:tiny"\n'
 SOURCES = Path(__file__).resolve().parents[1] / "fixtures" / "model-sources"
+HYBRID = f'[model]\nsource = "{SOURCES / "olmo-hybrid-tiny"}"\n'
 OC_HYBRID = (
     f'[model]\nsource = "{SOURCES / "olmo-core-hybrid-moe"}"\nformat = "olmo_core"\n'
     'hf_template = "{tpl}"'
@@ -89,6 +90,11 @@ CASES: list[tuple[str, str, str]] = [
         "model-sglang-no-hf-architecture",
         '[model]\nsource = "builtin:tiny-moe"\n[inference]\nengine = "sglang"  # <-\n',
         '[model]\nsource = "builtin:tiny-moe"\n[inference]\nengine = "embedded"\n',
+    ),
+    (
+        "model-sglang-no-recurrent-layers",
+        HYBRID + '[inference]\nengine = "sglang"  # <-\n',
+        HYBRID + '[inference]\nengine = "embedded"\n',
     ),
     (
         "data-selector-missing",
@@ -615,13 +621,13 @@ CASES: list[tuple[str, str, str]] = [
     ),
     (
         "mamba-cache-admission",
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 16  # <-\n',
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 128\n',
+        HYBRID + "[inference]\nmax_mamba_cache_size = 16  # <-\n",
+        HYBRID + "[inference]\nmax_mamba_cache_size = 128\n",
     ),
     (
         "mamba-radix-capacity",
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 128  # <-\n',
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 512\n',
+        HYBRID + "[inference]\nradix_cache = true\nmax_mamba_cache_size = 128  # <-\n",
+        HYBRID + "[inference]\nradix_cache = true\nmax_mamba_cache_size = 512\n",
     ),
     (
         "embedded-engine-gpu-tp",

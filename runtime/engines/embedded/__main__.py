@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode without CUDA graphs (SGLang's spelling)",
     )
     p.add_argument(
+        "--max-mamba-cache-size",
+        type=int,
+        default=None,
+        help="GatedDeltaNet (olmo_hybrid) models: recurrent states held at once, so at most "
+        "this many sequences run together (default: --max-running-requests)",
+    )
+    p.add_argument(
         "--cuda-graph-kv-step",
         type=int,
         default=256,
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         prefill_tokens=args.prefill_tokens,
         compile_decode=args.compile_decode,
         fused_sampling=args.fused_sampling,
+        max_mamba_cache_size=args.max_mamba_cache_size,
     )
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}

@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from runtime.models.gdn_cpu import has_gated_delta_net
+
 from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
@@ -233,6 +235,7 @@ class Engine:
         compile_decode: bool | None = None,
         profile: bool = False,
         fused_sampling: bool | None = None,
+        max_mamba_cache_size: int | None = None,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -245,8 +248,11 @@ class Engine:
         self.seed = seed
         self.weight_version = weight_version
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
+        if max_mamba_cache_size is not None and has_gated_delta_net(self.model):
+            # every running sequence holds one recurrent state: the states bound admission
+            self.max_running = max(1, min(self.max_running, int(max_mamba_cache_size)))
         self.im = InferenceModel(
-            self.model, max_slots=max_running_requests, capacity=context_length, device=device
+            self.model, max_slots=self.max_running, capacity=context_length, device=device
         )
         self.prefill_tokens = max(1, int(prefill_tokens))
         self.profile = profile  # sync inside steps to split forward / sampling time

@@ -11,6 +11,10 @@ values per layer (``cache_len``: the capacity rounded up to 64). The scheduler k
 requests in slots ``0..B-1`` (it compacts on finish), so a decode step attends over the view
 ``cache[:B, :, :L]`` without gathering. Prefill takes many ragged prompts in one forward;
 decode can run from CUDA graphs bucketed by batch size and attended length ``L``.
+
+GatedDeltaNet layers (``olmo_hybrid``) keep no KV rows: their per-slot recurrent and
+convolution state lives in ``recurrent.RecurrentState``, moved and graph-captured with the
+slots like the KV rows.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .recurrent import RecurrentState, is_gdn
 from .sampling import SamplingBatch, sample_rows
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,7 @@ class _Layer:
     scale: float
     index: int = 0
     gqa: bool = False  # fewer KV heads than query heads (SDPA's GQA path only then)
+    gdn: bool = False  # a GatedDeltaNet mixer: recurrent state instead of KV rows
 
 
 def _block_layer(block: Any) -> _Layer:
@@ -66,6 +72,16 @@ def _block_layer(block: Any) -> _Layer:
     from olmo_core.nn.transformer import block as B
 
     attn = block.attention
+    if is_gdn(attn) and type(block) is B.TransformerBlock:
+        return _Layer(
+            kind="pre", attn=attn, attn_norm=block.attention_norm,
+            ffn_norm=block.feed_forward_norm,
+            attn_alpha=float(block.attention_residual_stream.alpha),
+            ffn_alpha=float(block.feed_forward_residual_stream.alpha),
+            ffn=block.feed_forward, moe=None, hybrid=False, moe_norm=None,
+            post_attn_norm=None, post_ffn_norm=None, window=None, rope=None, scale=1.0,
+            gdn=True,
+        )  # fmt: skip
     if type(attn) is not Attention:
         raise UnsupportedModel(f"sequence mixer {type(attn).__name__} is not supported")
     if getattr(attn, "sinks", None) is not None or getattr(attn, "scalable_softmax", False):
@@ -209,7 +225,7 @@ class InferenceModel:
         self.layers = [_block_layer(b) for b in model.blocks.values()]
         for i, layer in enumerate(self.layers):
             layer.index = i
-            layer.gqa = layer.attn.n_kv_heads != layer.attn.n_heads
+            layer.gqa = not layer.gdn and layer.attn.n_kv_heads != layer.attn.n_heads
         self.moe_layers = [i for i, layer in enumerate(self.layers) if layer.moe is not None]
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
@@ -228,7 +244,13 @@ class InferenceModel:
         self.capture_s = 0.0  # time spent compiling + capturing decode graphs
         self.k_cache: list[torch.Tensor] = []
         self.v_cache: list[torch.Tensor] = []
+        gdn = {layer.index: layer.attn for layer in self.layers if layer.gdn}
+        self.recurrent = RecurrentState(gdn, max_slots, self.dtype, self.device) if gdn else None
         for layer in self.layers:
+            if layer.gdn:  # keeps k_cache/v_cache indexed by layer
+                self.k_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
+                self.v_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
+                continue
             shape = (max_slots, layer.attn.n_kv_heads, self.cache_len, layer.attn.head_dim)
             self.k_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
             self.v_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
@@ -455,6 +477,9 @@ class InferenceModel:
             return masks[w]
 
         def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
+            if layer.gdn:
+                assert self.recurrent is not None
+                return self.recurrent.prefill(layer.index, inp, lens, slots)
             q, k, v = self._qkv(layer, inp, positions)
             li = layer.index
             kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
@@ -524,6 +549,9 @@ class InferenceModel:
         masks: dict[int | None, torch.Tensor] = {}
 
         def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
+            if layer.gdn:
+                assert self.recurrent is not None
+                return self.recurrent.decode(layer.index, inp)
             q, k, v = self._qkv(layer, inp, pos2)
             li = layer.index
             kc, vc = self.k_cache[li], self.v_cache[li]
@@ -623,7 +651,8 @@ class InferenceModel:
             pos = torch.zeros(bs, dtype=torch.long, device=self.device)
             # the warm-up writes K/V at position 0 of slots 0..bs-1, which may be live
             # requests' (lazy capture mid-run): keep those entries and put them back
-            kept = [c[:bs, :, 0].clone() for c in self.k_cache + self.v_cache]
+            kept = [c[:bs, :, 0].clone() for c in self.kv_rows()]
+            kept_state = self.recurrent.snapshot(bs) if self.recurrent is not None else []
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -635,8 +664,10 @@ class InferenceModel:
             # invalidate a capture that happens lazily on the scheduler thread
             with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
                 out = self.decode(tok, pos, kv_len=length)
-            for c, k in zip(self.k_cache + self.v_cache, kept, strict=True):
+            for c, k in zip(self.kv_rows(), kept, strict=True):
                 c[:bs, :, 0] = k
+            if self.recurrent is not None:
+                self.recurrent.restore(kept_state)
             self._graphs[key] = (graph, tok, pos, out)
             torch.cuda.synchronize(self.device)
             dt = time.perf_counter() - t0
@@ -794,6 +825,7 @@ class InferenceModel:
             t0 = time.perf_counter()
             st = self._states[bs]
             kept = [t.clone() for t in st.tensors()]
+            kept_state = self.recurrent.snapshot(bs) if self.recurrent is not None else []
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -805,6 +837,8 @@ class InferenceModel:
                 out = self._run_step(st, length, mode, exact=True)
             for t, k in zip(st.tensors(), kept, strict=True):
                 t.copy_(k)
+            if self.recurrent is not None:
+                self.recurrent.restore(kept_state)
             self._step_graphs[key] = (graph, out)
             torch.cuda.synchronize(self.device)
             dt = time.perf_counter() - t0
@@ -819,11 +853,20 @@ class InferenceModel:
         if src == dst or length <= 0:
             return
         for kc, vc in zip(self.k_cache, self.v_cache, strict=True):
-            kc[dst, :, :length] = kc[src, :, :length]
-            vc[dst, :, :length] = vc[src, :, :length]
+            if kc.numel():
+                kc[dst, :, :length] = kc[src, :, :length]
+                vc[dst, :, :length] = vc[src, :, :length]
+        if self.recurrent is not None:
+            self.recurrent.move(src, dst)
+
+    def kv_rows(self) -> list[torch.Tensor]:
+        """The attention layers' K and V caches (GatedDeltaNet layers have none)."""
+        return [c for c in self.k_cache + self.v_cache if c.numel()]
 
     def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k_cache + self.v_cache)
+        """KV cache plus the recurrent state rows: the engine's whole per-slot memory."""
+        state = self.recurrent.nbytes() if self.recurrent is not None else 0
+        return state + sum(t.numel() * t.element_size() for t in self.kv_rows())
 
 
 @dataclass(eq=False)
