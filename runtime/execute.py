@@ -37,51 +37,40 @@ class RunFailure(RuntimeError):
     """A failure of the run itself (engine down after retries, audit, mismatch, ...)."""
 
 
-def _python_argv(argv: Sequence[str]) -> list[str]:
-    """Compiled argv say ``python``; run them with this interpreter (the run's venv)."""
-    out = [str(a) for a in argv]
-    if out and out[0] in ("python", "python3"):
-        out[0] = sys.executable
-    return out
+def engine_process(
+    cfg: RunConfig, engine: Any, *, manifest: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """An engine's command line and environment: its compiled argv with the port this node
+    gave it (``runtime.launch_argv``), and the GPUs the plan gave it."""
+    from runtime.launch_argv import substitute
+    from runtime.placement import engine_env
 
-
-def default_engine_argv(cfg: RunConfig, port: int, host: str = "127.0.0.1") -> list[str]:
-    """The embedded engine command, from the manifest's config (same seed as the trainer)."""
-    from runtime.engines.embedded.launch import embedded_argv
-
-    inf = cfg.inference
-    return embedded_argv(
-        cfg.model.source,
-        port=port,
-        device="cuda" if cfg.trainer.device == "cuda" else "cpu",
-        max_running_requests=inf.max_running_requests,
-        context_length=inf.max_context_length,
-        seed=cfg.runtime.seed,
-        host=host,
-        threads=1 if cfg.trainer.device == "cpu" else None,
-        extra=["--dtype", cfg.model.dtype]
-        + ([] if inf.raw.get("cuda_graph_decode", True) else ["--disable-cuda-graph"]),
+    if engine.id >= len(cfg.engine_argv):
+        raise RunFailure(f"the manifest has no command line for engine {engine.id}")
+    argv = substitute(
+        cfg.engine_argv[engine.id], manifest=manifest, values={"--port": str(engine.port)}
     )
+    env = engine_env(engine)
+    if cfg.inference.engine == "sglang":
+        from runtime.engines.sglang import DEFAULT_ENV
+
+        env = {**DEFAULT_ENV, **env}
+    return argv, env
 
 
-def engine_command(cfg: RunConfig, engine_id: int, port: int, host: str = "127.0.0.1") -> list[str]:
-    """Embedded engines are started from the config; SGLang ones from the compiled argv,
-    with the host and port this node really gave them."""
-    if cfg.inference.engine == "embedded" or engine_id >= len(cfg.engine_argv):
-        return default_engine_argv(cfg, port, host)
-    from runtime.engines.sglang import sglang_argv
-
-    return sglang_argv(_python_argv(cfg.engine_argv[engine_id]), host=host, port=port)
-
-
-def default_router_argv(
-    cfg: RunConfig, urls: Sequence[str], port: int, host: str = "127.0.0.1"
+def router_process(
+    cfg: RunConfig, urls: Sequence[str], port: int, metrics_port: int
 ) -> list[str]:
-    """The real sglang-router in front of the engines (policy and knobs from the manifest)."""
-    from runtime.engines.router import RouterSettings, router_argv
+    """sglang-router's compiled command line, with this node's ports and the engines at
+    the addresses their nodes registered."""
+    from runtime.launch_argv import substitute
 
-    return router_argv(
-        list(urls), host=host, port=port, settings=RouterSettings.from_config(cfg.inference.raw)
+    if not cfg.router_argv:
+        raise RunFailure("the manifest has no router command line")
+    return substitute(
+        cfg.router_argv,
+        values={"--port": str(port), "--prometheus-port": str(metrics_port)},
+        lists={"--worker-urls": list(urls)},
     )
 
 
@@ -175,13 +164,12 @@ class NodeRunner:
         return f"http://{self.ident.address}:{port}"
 
     def start_engines(self) -> None:
-        from runtime.placement import engine_env
-
         cfg = self.cfg
         mine = [e for e in self.engines if e.node == self.ident.rank]
+        manifest = str(cfg.manifest_path or "")
         for e in mine:
-            argv = engine_command(cfg, e.id, e.port, host=self._bind_host())
-            self.sup.start(f"engine:{e.id}", argv, env=engine_env(e))
+            argv, env = engine_process(cfg, e, manifest=manifest)
+            self.sup.start(f"engine:{e.id}", argv, env=env)
         for e in mine:
             url = f"http://127.0.0.1:{e.port}"
             self.sup.wait_ready(
@@ -220,9 +208,8 @@ class NodeRunner:
 
         cfg = self.cfg
         port = self.router_port or 29000
-        argv = default_router_argv(cfg, self.engine_urls, port, host=self._bind_host())
-        # sglang-router's metrics endpoint defaults to port 29000 too: keep it out of the way
-        argv += ["--prometheus-port", str(free_port())]
+        # the router's metrics exporter exits when its port is taken: a free one here too
+        argv = router_process(cfg, self.engine_urls, port, free_port(self._bind_host()))
         self.sup.start("router", argv)
         url = f"http://127.0.0.1:{port}"
         # healthy AND every worker registered (the router adds workers in the background)

@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 
 
 # ---- seams ---------------------------------------------------------------------------------
+
+def sampling_seed(cfg: RunConfig) -> int:
+    """The seed of every rollout and evaluation sample (``inference.seed``; the trainer's
+    ``runtime.seed`` where a manifest has none)."""
+    seed = cfg.inference.raw.get("seed")
+    return int(cfg.runtime.seed if seed is None else seed)
+
 def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
     """The deterministic prompt sampler over the pool ``[data]`` selects (tasks, a
     prepared ``prompt_data`` file or a verified data ``manifest``) and an id -> prompt
@@ -92,7 +99,7 @@ def _make_evaluator(
         interval=cfg.training.eval_interval,
         initial=initial,
         final=ev.final,
-        run_seed=cfg.runtime.seed,
+        run_seed=sampling_seed(cfg),
         stop_token_ids=[int(eos)] if eos is not None else [],
         concurrency=max(1, min(cfg.inference.max_running_requests, 16)),
     )
@@ -572,7 +579,7 @@ def train(runner: Node) -> dict[str, Any]:
         CollectSettings(
             samples_per_prompt=cfg.inference.samples_per_prompt,
             sampling_params=_sampling_params(cfg, tokenizer),
-            run_seed=cfg.runtime.seed,
+            run_seed=sampling_seed(cfg),
             normalize_std=cfg.optimizer.normalize_std,
             filter_zero_std=cfg.training.filter_zero_std_groups,
             max_refill_rounds=cfg.training.max_refill_rounds,
