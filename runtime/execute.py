@@ -468,6 +468,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="resume from the newest complete checkpoint (default: the manifest's setting)",
     )
     ap.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    ap.add_argument(
+        "--print-effective",
+        action="store_true",
+        help="print every component's settings and every process's argv/env (JSON) as this "
+        "manifest would run them, and start nothing",
+    )
     return ap.parse_args(argv)
 
 
@@ -525,8 +531,24 @@ def _manifest_of(root: Path, digest: str) -> dict[str, Any] | None:
     return None
 
 
+def print_effective(path: str) -> int:
+    """``--print-effective``: the effective view as JSON (``runtime.effective``); no torch."""
+    from runtime.config import ConfigError
+    from runtime.effective import effective
+
+    try:
+        view = effective(load_verified_manifest(path), str(Path(path).resolve()))
+    except (ManifestError, ConfigError, RunFailure, ValueError) as exc:
+        print(f"rlc: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    print(json.dumps(view, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.print_effective:
+        return print_effective(args.manifest)
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, from_manifest
     from runtime.models.loader import ModelLoadError, check_source
