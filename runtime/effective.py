@@ -5,7 +5,7 @@ generically: dataclasses and pydantic models become JSON; the untyped ``raw`` pa
 sections are left out, so a field shows here only through a typed setting) and every
 process's command line and environment exactly as this node would start it (the
 substitutions of ``runtime.launch_argv``, with the compiled ports in place of the ones a
-node picks at start-up). Nothing heavy is imported (no torch).
+node picks at start-up). Nothing starts; the trainer's settings type is the one torch import.
 """
 
 from __future__ import annotations
@@ -72,6 +72,30 @@ def processes(
     return out
 
 
+def components(manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """The settings components derive for themselves from the manifest: the trainer's
+    (``TrainerConfig``: its module imports torch, so this part does too), the rollout
+    driver's, the tracking sink's and the compiler cache's."""
+    from runtime.compiler_cache import CompilerCache
+    from runtime.rollout.driver import rollout_concurrency, sampling_seed, submission_granularity
+    from runtime.rollout.shaping import Shaping
+    from runtime.tracking import WandbSink
+    from runtime.trainer.trainer import TrainerConfig
+
+    config = manifest.get("config") or {}
+    return {
+        "rollout": {
+            "sampling_seed": sampling_seed(cfg),
+            "submission_granularity": submission_granularity(cfg),
+            "concurrency": rollout_concurrency(cfg),
+        },
+        "reward_shaping": Shaping.from_config(config.get("rewards") or {}),
+        "trainer": TrainerConfig.from_manifest(manifest),
+        "tracking": WandbSink.from_config(config.get("tracking") or {}),
+        "compiler_cache": CompilerCache.from_config(config.get("compiler_cache") or {}, env={}),
+    }
+
+
 def effective(manifest: dict[str, Any], manifest_path: str) -> dict[str, Any]:
     """The effective view of a verified manifest (see the module docstring)."""
     from runtime.config import from_manifest
@@ -79,5 +103,6 @@ def effective(manifest: dict[str, Any], manifest_path: str) -> dict[str, Any]:
     cfg = from_manifest(manifest)
     return {
         "settings": jsonable(cfg),
+        "components": jsonable(components(manifest, cfg)),
         "processes": processes(cfg, manifest.get("commands") or {}, manifest_path),
     }

@@ -185,7 +185,6 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.max_total_tokens": (_ENGINE_ARGV,),
     "inference.mem_fraction_static": (_ENGINE_ARGV,),
     "inference.radix_cache": (_ENGINE_ARGV,),
-    "inference.max_mamba_cache_size": (_ENGINE_ARGV,),
     "inference.cuda_graph_decode": (_ENGINE_ARGV,),
     "inference.cuda_graph_max_bs": (_ENGINE_ARGV,),
     "inference.chunked_prefill_size": (_ENGINE_ARGV,),

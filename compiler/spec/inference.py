@@ -133,12 +133,10 @@ class InferenceSection(Section):
         gt=0.0,
         le=1.0,
     )
-    radix_cache: bool = fld(False, description="SGLang radix (prefix) cache")
-    max_mamba_cache_size: int = fld(
-        128,
-        description="recurrent-state slots per engine (hybrid models)",
-        aliases=("inference.sglang_max_mamba_cache_size",),
-        ge=1,
+    radix_cache: bool = fld(
+        False,
+        description="prefix cache: SGLang's radix cache; the embedded engine prefills a "
+        "prompt its samples share once",
     )
     cuda_graph_decode: bool = fld(True, description="CUDA graphs for decode")
     cuda_graph_max_bs: int = fld(

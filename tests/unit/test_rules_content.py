@@ -547,16 +547,6 @@ CASES: list[tuple[str, str, str]] = [
         "[inference]\nchunked_prefill_size = 2048\n",
     ),
     (
-        "mamba-cache-admission",
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 16  # <-\n',
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nmax_mamba_cache_size = 128\n',
-    ),
-    (
-        "mamba-radix-capacity",
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 128  # <-\n',
-        '[model]\nsource = "builtin:small-hybrid-moe"\n[inference]\nradix_cache = true\nmax_mamba_cache_size = 512\n',
-    ),
-    (
         "embedded-engine-gpu-tp",
         "[inference]\ntensor_parallel = 2  # <-\n",
         "[inference]\ntensor_parallel = 1\n",
