@@ -26,7 +26,8 @@ from __future__ import annotations
 _CFG = "runtime:runtime.config:from_manifest"
 _TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
 _DRIVER = "runtime:runtime.rollout.driver:train"
-_ENGINE_ARGV = "argv:compiler.resolve.argv:engine_argv"
+_ENGINE_ARGV = "argv:compiler.resolve.argv:embedded_engine_argv"
+_SGLANG_ARGV = "argv:compiler.resolve.argv:sglang_engine_argv"
 _EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
 _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
 _BEAKER = "beaker:compiler.emit.beaker:_common"
@@ -46,7 +47,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "beaker:compiler.emit.beaker:_needs_preparation",
     ),
     "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER, _ENGINE_ARGV),
-    "model.architecture": (_TRAINER, _ENGINE_ARGV),
+    "model.architecture": (_TRAINER,),
     "model.dtype": (
         _ENGINE_ARGV,
         "runtime:runtime.publication.tensor:TensorPublisher._engine_dtype",
@@ -140,9 +141,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.router_z_loss_coef": (_TRAINER,),
     "trainer.router_aux_loss_reduction": (_TRAINER,),
     "trainer.router_z_loss_reduction": (_TRAINER,),
-    "trainer.router_replay": (_TRAINER, _ENGINE_ARGV),
+    "trainer.router_replay": (_TRAINER, _SGLANG_ARGV),
     # [inference]
-    "inference.engine": ("runtime:runtime.execute:engine_command", _ENGINE_ARGV),
+    "inference.engine": ("runtime:runtime.execute:engine_process", "argv:compiler.resolve.argv:engine_argv"),
     "inference.placement": (
         "compile:decides the placement plan the runtime executes (engines on the trainer's "
         "GPUs or on their own)",
@@ -151,7 +152,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "compile:sizes the placement plan the runtime executes (engine-only nodes)",
     ),
     "inference.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
-    "inference.tensor_parallel": (_ENGINE_ARGV,),
+    "inference.tensor_parallel": (_SGLANG_ARGV,),
     "inference.num_engines": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",
     ),
