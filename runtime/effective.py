@@ -46,8 +46,7 @@ def processes(
     cfg: Any, commands: dict[str, Any], manifest_path: str
 ) -> dict[str, dict[str, Any]]:
     """name -> {"argv", "env"} of every process the manifest's nodes start."""
-    from runtime.execute import engine_process, router_process
-    from runtime.launch_argv import substitute
+    from runtime.launch_argv import engine_process, router_process, substitute
 
     out: dict[str, dict[str, Any]] = {}
     urls = []

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.health import healthy as _healthy
+from runtime.launch_argv import SubstitutionError, engine_process, router_process
 from runtime.manifest import ManifestError, load_verified_manifest
 
 if TYPE_CHECKING:
@@ -35,43 +36,6 @@ EXIT_RUNTIME = 3
 
 class RunFailure(RuntimeError):
     """A failure of the run itself (engine down after retries, audit, mismatch, ...)."""
-
-
-def engine_process(
-    cfg: RunConfig, engine: Any, *, manifest: str | None = None
-) -> tuple[list[str], dict[str, str]]:
-    """An engine's command line and environment: its compiled argv with the port this node
-    gave it (``runtime.launch_argv``), and the GPUs the plan gave it."""
-    from runtime.launch_argv import substitute
-    from runtime.placement import engine_env
-
-    if engine.id >= len(cfg.engine_argv):
-        raise RunFailure(f"the manifest has no command line for engine {engine.id}")
-    argv = substitute(
-        cfg.engine_argv[engine.id], manifest=manifest, values={"--port": str(engine.port)}
-    )
-    env = engine_env(engine)
-    if cfg.inference.engine == "sglang":
-        from runtime.engines.sglang import DEFAULT_ENV
-
-        env = {**DEFAULT_ENV, **env}
-    return argv, env
-
-
-def router_process(
-    cfg: RunConfig, urls: Sequence[str], port: int, metrics_port: int
-) -> list[str]:
-    """sglang-router's compiled command line, with this node's ports and the engines at
-    the addresses their nodes registered."""
-    from runtime.launch_argv import substitute
-
-    if not cfg.router_argv:
-        raise RunFailure("the manifest has no router command line")
-    return substitute(
-        cfg.router_argv,
-        values={"--port": str(port), "--prometheus-port": str(metrics_port)},
-        lists={"--worker-urls": list(urls)},
-    )
 
 
 def with_judge_urls(bindings: dict[str, Any], found: dict[str, str]) -> dict[str, Any]:
@@ -168,7 +132,10 @@ class NodeRunner:
         mine = [e for e in self.engines if e.node == self.ident.rank]
         manifest = str(cfg.manifest_path or "")
         for e in mine:
-            argv, env = engine_process(cfg, e, manifest=manifest)
+            try:
+                argv, env = engine_process(cfg, e, manifest=manifest)
+            except SubstitutionError as exc:
+                raise RunFailure(str(exc)) from None
             self.sup.start(f"engine:{e.id}", argv, env=env)
         for e in mine:
             url = f"http://127.0.0.1:{e.port}"
@@ -209,7 +176,10 @@ class NodeRunner:
         cfg = self.cfg
         port = self.router_port or 29000
         # the router's metrics exporter exits when its port is taken: a free one here too
-        argv = router_process(cfg, self.engine_urls, port, free_port(self._bind_host()))
+        try:
+            argv = router_process(cfg, self.engine_urls, port, free_port(self._bind_host()))
+        except SubstitutionError as exc:
+            raise RunFailure(str(exc)) from None
         self.sup.start("router", argv)
         url = f"http://127.0.0.1:{port}"
         # healthy AND every worker registered (the router adds workers in the background)
@@ -538,7 +508,7 @@ def print_effective(path: str) -> int:
 
     try:
         view = effective(load_verified_manifest(path), str(Path(path).resolve()))
-    except (ManifestError, ConfigError, RunFailure, ValueError) as exc:
+    except (ManifestError, ConfigError, ValueError) as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
         return EXIT_USER
     print(json.dumps(view, indent=2, sort_keys=True))

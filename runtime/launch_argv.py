@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 PYTHON_NAMES = ("python", "python3")
 _HOST = re.compile(r"\{host:(\d+)\}")
@@ -81,3 +82,35 @@ def _placeholders(arg: str, manifest: str | None, hosts: Mapping[int, str]) -> s
         return hosts[node]
 
     return _HOST.sub(host, arg)
+
+
+def engine_process(
+    cfg: Any, engine: Any, *, manifest: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """An engine's command line and environment (``cfg``: a ``RunConfig``): its compiled
+    argv with the port this node gave it, and the GPUs the plan gave it."""
+    from runtime.placement import engine_env
+
+    if engine.id >= len(cfg.engine_argv):
+        raise SubstitutionError(f"the manifest has no command line for engine {engine.id}")
+    argv = substitute(
+        cfg.engine_argv[engine.id], manifest=manifest, values={"--port": str(engine.port)}
+    )
+    env = engine_env(engine)
+    if cfg.inference.engine == "sglang":
+        from runtime.engines.sglang import DEFAULT_ENV
+
+        env = {**DEFAULT_ENV, **env}
+    return argv, env
+
+
+def router_process(cfg: Any, urls: Sequence[str], port: int, metrics_port: int) -> list[str]:
+    """sglang-router's compiled command line with this node's ports and the engines at the
+    addresses their nodes registered."""
+    if not cfg.router_argv:
+        raise SubstitutionError("the manifest has no router command line")
+    return substitute(
+        cfg.router_argv,
+        values={"--port": str(port), "--prometheus-port": str(metrics_port)},
+        lists={"--worker-urls": list(urls)},
+    )

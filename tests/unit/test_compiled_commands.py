@@ -72,7 +72,7 @@ def test_substitute_refuses_what_it_cannot_substitute(argv: list[str], kw: Any) 
 
 def test_seed_and_token_pool_reach_the_engine_command_lines() -> None:
     from runtime.config import from_manifest
-    from runtime.execute import engine_process
+    from runtime.launch_argv import engine_process
 
     cfg = from_manifest(_manifest("inference.seed=99", "inference.max_total_tokens=64"))
     for e in cfg.placement.engines:
@@ -117,7 +117,8 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
     argv); the engines run with the seed and KV token pool of the spec."""
     pytest.importorskip("torch")
     from runtime.config import from_manifest
-    from runtime.execute import NodeRunner, engine_process
+    from runtime.execute import NodeRunner
+    from runtime.launch_argv import engine_process
     from runtime.placement import node_identity, roles_for
     from runtime.registry import LocalRegistry
 

@@ -27,7 +27,7 @@ def ident(rank: int, count: int):
 def test_multinode_cpu_roles_argv_env() -> None:
     from dataclasses import replace
 
-    from runtime.execute import engine_process
+    from runtime.launch_argv import engine_process
     from runtime.launch.local_nodes import node_env
     from runtime.placement import engine_env, roles_for
 
@@ -57,7 +57,7 @@ def test_multinode_cpu_roles_argv_env() -> None:
 def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
     from dataclasses import replace
 
-    from runtime.execute import engine_process
+    from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, node_identity, roles_for
 
     cfg = config("multinode.toml")
@@ -123,7 +123,7 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     it, with the addresses and ports that node really has (what the registry carries)."""
     from dataclasses import replace
 
-    from runtime.execute import engine_process, router_process
+    from runtime.launch_argv import engine_process, router_process
     from runtime.placement import engine_env, node_identity, roles_for
     from runtime.trainer.ranks import rank_env
 
@@ -133,7 +133,8 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
         "python", "-m", "runtime.engines.embedded", "--model-path", "builtin:tiny",
         "--host", "0.0.0.0", "--port", "40002", "--device", "cpu", "--dtype", "float32",
         "--max-running-requests", "64", "--max-total-tokens", "524288",
-        "--context-length", "64", "--random-seed", "17", "--disable-radix-cache",
+        "--context-length", "64", "--random-seed", "17", "--init-seed", "17",
+        "--disable-radix-cache",
     ], {})  # fmt: skip
     urls = ["http://127.0.1.2:40001", "http://127.0.1.2:40002"]
     router = _py(router_process(cpu, urls, 29000, 29123))
