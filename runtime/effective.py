@@ -42,9 +42,7 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def processes(
-    cfg: Any, commands: dict[str, Any], manifest_path: str
-) -> dict[str, dict[str, Any]]:
+def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[str, dict[str, Any]]:
     """name -> {"argv", "env"} of every process the manifest's nodes start."""
     from runtime.launch_argv import engine_process, router_process, substitute
 

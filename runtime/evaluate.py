@@ -126,9 +126,7 @@ def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
         raise EvalInputError("the manifest has no engine command line to evaluate with")
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
-    argv = substitute(
-        cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint}
-    )
+    argv = substitute(cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint})
     env: dict[str, str] = {}
     if cfg.inference.engine == "sglang":
         from runtime.engines.sglang import DEFAULT_ENV

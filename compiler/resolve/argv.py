@@ -32,9 +32,7 @@ def _bind_host(plan: dict[str, Any]) -> str:
     return "127.0.0.1" if len(plan["placement"].get("nodes") or [0]) <= 1 else "0.0.0.0"
 
 
-def embedded_engine_argv(
-    config: dict[str, Any], eng: dict[str, Any], host: str
-) -> list[str]:
+def embedded_engine_argv(config: dict[str, Any], eng: dict[str, Any], host: str) -> list[str]:
     """The embedded engine: exactly the options it honours (``runtime.engines.embedded``).
 
     The CUDA-graph and GPU-memory options are emitted for GPU engines only: on a CPU they

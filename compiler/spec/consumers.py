@@ -143,7 +143,10 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.router_z_loss_reduction": (_TRAINER,),
     "trainer.router_replay": (_TRAINER, _SGLANG_ARGV),
     # [inference]
-    "inference.engine": ("runtime:runtime.launch_argv:engine_process", "argv:compiler.resolve.argv:engine_argv"),
+    "inference.engine": (
+        "runtime:runtime.launch_argv:engine_process",
+        "argv:compiler.resolve.argv:engine_argv",
+    ),
     "inference.placement": (
         "compile:decides the placement plan the runtime executes (engines on the trainer's "
         "GPUs or on their own)",

@@ -303,8 +303,10 @@ def check_native(
                     f"option: a [native.sglang] value sets {opt.flag or key} only, it cannot "
                     "add or override other flags",
                     span,
-                    help=("each key maps to exactly one SGLang flag; set other options as "
-                          "their own keys (rlc-owned ones through rlc's fields)",),
+                    help=(
+                        "each key maps to exactly one SGLang flag; set other options as "
+                        "their own keys (rlc-owned ones through rlc's fields)",
+                    ),
                 )
             )
             continue

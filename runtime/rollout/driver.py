@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 
 # ---- seams ---------------------------------------------------------------------------------
 
+
 def sampling_seed(cfg: RunConfig) -> int:
     """The seed of every rollout and evaluation sample (``inference.seed``; the trainer's
     ``runtime.seed`` where a manifest has none)."""
     seed = cfg.inference.raw.get("seed")
     return int(cfg.runtime.seed if seed is None else seed)
+
 
 def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
     """The deterministic prompt sampler over the pool ``[data]`` selects (tasks, a

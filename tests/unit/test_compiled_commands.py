@@ -43,8 +43,20 @@ def test_substitute_interpreter_placeholders_and_picked_ports() -> None:
     argv = ["python", "-m", "x", "--port", "30000", "--peer", "http://{host:1}:9", "{manifest}"]
     out = substitute(argv, python="/venv/py", manifest="/m.json", hosts={1: "10.0.0.2"},
                      values={"--port": "41234"})  # fmt: skip
-    assert out == ["/venv/py", "-m", "x", "--port", "41234", "--peer", "http://10.0.0.2:9", "/m.json"]
-    assert substitute(["python3", "--port=1"], python="p", values={"--port": "2"}) == ["p", "--port=2"]
+    assert out == [
+        "/venv/py",
+        "-m",
+        "x",
+        "--port",
+        "41234",
+        "--peer",
+        "http://10.0.0.2:9",
+        "/m.json",
+    ]
+    assert substitute(["python3", "--port=1"], python="p", values={"--port": "2"}) == [
+        "p",
+        "--port=2",
+    ]
     urls = ["--worker-urls", "http://a:1", "http://b:2", "--policy", "random"]
     assert substitute(["r", *urls], lists={"--worker-urls": ["http://c:3"]}) == [
         "r", "--worker-urls", "http://c:3", "--policy", "random",
@@ -124,8 +136,12 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
 
     def start(seed: int, *extra: str) -> NodeRunner:
         cfg = from_manifest(
-            _manifest(f"inference.seed={seed}", "inference.max_total_tokens=128", *extra,
-                      tmp=tmp_path / str(seed))  # fmt: skip
+            _manifest(
+                f"inference.seed={seed}",
+                "inference.max_total_tokens=128",
+                *extra,
+                tmp=tmp_path / str(seed),
+            )  # fmt: skip
         )
         ident = node_identity({})
         runner = NodeRunner(cfg, roles_for(cfg.placement, ident), ident)

@@ -171,7 +171,7 @@ TABLE_VALUES: dict[str, tuple[str, ...]] = {
 
 
 def effect_of(path: str) -> str:
-    """"effect", "diagnostic" (a warning at the value, or every other value refused at it),
+    """ "effect", "diagnostic" (a warning at the value, or every other value refused at it),
     or why neither was seen (over the bases, in order)."""
     if ".*." in path:
         return "no entry in the base specs"
@@ -234,17 +234,42 @@ EXEMPT: dict[str, str] = {
     **{
         f"launch.{k}": _BEAKER
         for k in (
-            "auto_resume", "budget", "cluster", "env", "gpu_memory_gib", "gpus_per_replica",
-            "image", "max_retries", "min_runtime", "priority", "secrets", "timeout", "workspace",
+            "auto_resume",
+            "budget",
+            "cluster",
+            "env",
+            "gpu_memory_gib",
+            "gpus_per_replica",
+            "image",
+            "max_retries",
+            "min_runtime",
+            "priority",
+            "secrets",
+            "timeout",
+            "workspace",
         )
     },  # fmt: skip
-    **{p: _JUDGES for p in (
-        "judges.*.chat_template", "judges.*.context_extension", "judges.*.endpoint",
-        "judges.*.gpus", "judges.*.max_concurrent_calls", "judges.*.max_context_length",
-        "judges.*.mode", "judges.*.model", "judges.*.prepared_dir", "judges.*.revision",
-        "judges.*.timeout", "judging.bindings.*.judge", "judging.bindings.*.rubric",
-        "rubrics.*.max_response_tokens", "rubrics.*.profile", "rubrics.*.temperature",
-    )},  # fmt: skip
+    **{
+        p: _JUDGES
+        for p in (
+            "judges.*.chat_template",
+            "judges.*.context_extension",
+            "judges.*.endpoint",
+            "judges.*.gpus",
+            "judges.*.max_concurrent_calls",
+            "judges.*.max_context_length",
+            "judges.*.mode",
+            "judges.*.model",
+            "judges.*.prepared_dir",
+            "judges.*.revision",
+            "judges.*.timeout",
+            "judging.bindings.*.judge",
+            "judging.bindings.*.rubric",
+            "rubrics.*.max_response_tokens",
+            "rubrics.*.profile",
+            "rubrics.*.temperature",
+        )
+    },  # fmt: skip
 }
 
 

@@ -27,8 +27,8 @@ def ident(rank: int, count: int):
 def test_multinode_cpu_roles_argv_env() -> None:
     from dataclasses import replace
 
-    from runtime.launch_argv import engine_process
     from runtime.launch.local_nodes import node_env
+    from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, roles_for
 
     cfg = config("multinode-cpu.toml")

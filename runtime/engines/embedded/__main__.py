@@ -54,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--init-seed",
         type=int,
         default=None,
-        help="seed of a random-initialised (builtin) model, the trainer's (default: "
-        "--random-seed)",
+        help="seed of a random-initialised (builtin) model, the trainer's (default: --random-seed)",
     )
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1, choices=[1])
     p.add_argument("--weight-version", default="0")

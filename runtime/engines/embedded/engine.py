@@ -245,11 +245,17 @@ class Engine:
             total_bytes=total,
             free_bytes=free,
         )
-        slots = max_running_requests if pool is None else max(1, min(max_running_requests, pool // cache_len))
+        slots = (
+            max_running_requests
+            if pool is None
+            else max(1, min(max_running_requests, pool // cache_len))
+        )
         self.max_running = slots
         self.max_total_tokens = pool if pool is not None else slots * context_length
         self.radix_cache = radix_cache
-        self.im = InferenceModel(self.model, max_slots=slots, capacity=context_length, device=device)
+        self.im = InferenceModel(
+            self.model, max_slots=slots, capacity=context_length, device=device
+        )
         # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)
         self.prefill_tokens = int(prefill_tokens) if int(prefill_tokens) > 0 else 2**62
         self.profile = profile  # sync inside steps to split forward / sampling time
@@ -695,7 +701,9 @@ class Engine:
         first: dict[tuple[int, ...], int] = {}
         owner = [first.setdefault(tuple(r.prefill_ids), len(first)) for r in reqs]
         leaders = [reqs[owner.index(k)] for k in range(len(first))]
-        lead_want = [any(w for w, o in zip(want, owner, strict=True) if o == k) for k in range(len(first))]
+        lead_want = [
+            any(w for w, o in zip(want, owner, strict=True) if o == k) for k in range(len(first))
+        ]
         last, full, experts = self.im.prefill_batch(
             [r.prefill_ids for r in leaders], [r.slot for r in leaders], want_all=lead_want
         )
