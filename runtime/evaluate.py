@@ -119,6 +119,7 @@ def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
     """A server for the checkpoint: the compiled engine command line (engine 0's), serving
     the checkpoint on a free port (``runtime.launch_argv``); an SGLang evaluator also gets
     ``evaluation.server_args``."""
+    from runtime.engines.backend import backend_for
     from runtime.engines.process import free_port, start_server
     from runtime.launch_argv import substitute
 
@@ -127,12 +128,9 @@ def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     argv = substitute(cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint})
-    env: dict[str, str] = {}
-    if cfg.inference.engine == "sglang":
-        from runtime.engines.sglang import DEFAULT_ENV
-
-        argv += [str(a) for a in (cfg.config.get("evaluation") or {}).get("server_args") or []]
-        env = dict(DEFAULT_ENV)
+    backend = backend_for(cfg.inference.engine)
+    argv += backend.eval_server_args(cfg.config.get("evaluation") or {})
+    env = backend.env(None)  # no placement: the evaluator's own GPUs
     return start_server(
         f"eval-engine:{port}",
         argv,

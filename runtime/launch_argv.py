@@ -89,19 +89,14 @@ def engine_process(
 ) -> tuple[list[str], dict[str, str]]:
     """An engine's command line and environment (``cfg``: a ``RunConfig``): its compiled
     argv with the port this node gave it, and the GPUs the plan gave it."""
-    from runtime.placement import engine_env
+    from runtime.engines.backend import backend_for
 
     if engine.id >= len(cfg.engine_argv):
         raise SubstitutionError(f"the manifest has no command line for engine {engine.id}")
     argv = substitute(
         cfg.engine_argv[engine.id], manifest=manifest, values={"--port": str(engine.port)}
     )
-    env = engine_env(engine)
-    if cfg.inference.engine == "sglang":
-        from runtime.engines.sglang import DEFAULT_ENV
-
-        env = {**DEFAULT_ENV, **env}
-    return argv, env
+    return argv, backend_for(cfg.inference.engine).env(engine)
 
 
 def router_process(cfg: Any, urls: Sequence[str], port: int, metrics_port: int) -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.checkpoints.identity import resume_key
 from runtime.config import RunConfig
+from runtime.engines.backend import backend_for
 from runtime.failure import shown_path
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.rollout.collect import Collector, CollectSettings, GroupGenerator
@@ -117,7 +118,7 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
     )
 
     def snapshot(out: Path) -> None:
-        if cfg.inference.engine == "sglang":
+        if backend_for(cfg.inference.engine).snapshot_format == "hf":
             trainer.export_hf(out)
         else:
             from runtime.models import save_native
@@ -460,6 +461,7 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
     from runtime.publication.distributed import DistributedPublisher
 
     cfg = runner.cfg
+    backend = backend_for(cfg.inference.engine)
     bind_host = "0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"
     return DistributedPublisher(
         runner.engine_urls,
@@ -468,11 +470,9 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
         master_port=free_port(bind_host),
         bind_host=bind_host,
         backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
-        ranks_per_engine=int(cfg.inference.raw.get("tensor_parallel") or 1)
-        if cfg.inference.engine == "sglang"
-        else 1,
+        ranks_per_engine=backend.ranks_per_engine(cfg.inference.raw),
         dtype=_serving_dtype(cfg),
-        convert=_hf_names(model) if cfg.inference.engine == "sglang" else None,
+        convert=_hf_names(model) if backend.hf_weight_names else None,
     )
 
 
@@ -495,9 +495,10 @@ def train(runner: Node) -> dict[str, Any]:
     runner.rank_pids = getattr(trainer.inner, "rank_pids", None)  # their heartbeats
     tokenizer = trainer.tokenizer
     transport = cfg.runtime.publication.transport
+    backend = backend_for(cfg.inference.engine)
     if transport == "distributed":
         publisher: Any = _distributed_publisher(runner, trainer.inner.model)
-        if cfg.inference.engine == "sglang":
+        if not backend.checksum_audit:
             publisher.logprobs = _logprob_fn(trainer)
     else:
         publisher = make_publisher(
@@ -506,7 +507,7 @@ def train(runner: Node) -> dict[str, Any]:
             cfg.runtime.publication.timeout_s,
             cfg.paths.engine_weights,
         )
-        if transport == "disk" and cfg.inference.engine == "sglang":
+        if transport == "disk" and backend.snapshot_format == "hf":
             from runtime.publication.disk import hf_snapshot
 
             publisher.writer = hf_snapshot(trainer.inner.model, tokenizer, _serving_dtype(cfg))
@@ -545,7 +546,7 @@ def train(runner: Node) -> dict[str, Any]:
         else:
             served = trainer.state_dict_for_publication(dtype=_serving_dtype(cfg))
             by_name = None
-            if cfg.inference.engine == "sglang":  # SGLang has no checksum endpoint
+            if not backend.checksum_audit:  # e.g. SGLang: no checksum endpoint
                 by_name = _hf_names(trainer.inner.model)(served)
             audit(
                 state_checksum(served),

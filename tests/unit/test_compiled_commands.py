@@ -186,3 +186,21 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
     finally:
         for r in runners:
             r.sup.shutdown()
+
+
+def test_the_backend_is_chosen_once_from_inference_engine() -> None:
+    from runtime.config import EnginePlacement
+    from runtime.engines.backend import backend_for
+
+    on_gpus = EnginePlacement(id=1, node=0, port=1, gpus=(2, 3))
+    embedded, sglang = backend_for("embedded"), backend_for("sglang")
+    assert embedded.env(on_gpus) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert sglang.env(on_gpus)["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    assert (embedded.snapshot_format, sglang.snapshot_format) == ("native", "hf")
+    assert (embedded.checksum_audit, sglang.checksum_audit) == (True, False)
+    assert sglang.ranks_per_engine({"tensor_parallel": 2}) == 2
+    assert embedded.ranks_per_engine({"tensor_parallel": 2}) == 1
+    assert sglang.eval_server_args({"server_args": ["--x"]}) == ["--x"]
+    assert embedded.eval_server_args({"server_args": ["--x"]}) == []
+    with pytest.raises(ValueError):
+        backend_for("vllm")
