@@ -12,27 +12,27 @@ from compiler.pipeline import compile_spec
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _engine_argv(*overrides: str) -> list[str]:
+def _config(*overrides: str) -> dict[str, object]:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         m = compile_spec("specs/examples/quickstart.toml", list(overrides)).manifest()
     finally:
         os.chdir(cwd)
-    argv: list[str] = m["commands"]["engine_argv"][0]  # type: ignore[index]
+    return m  # type: ignore[no-any-return]
+
+
+def _engine_argv(*overrides: str) -> list[str]:
+    argv: list[str] = _config(*overrides)["commands"]["engine_argv"][0]  # type: ignore[index]
     return argv
 
 
 def _gpu_engine_argv(*overrides: str) -> list[str]:
+    """The engine line the quickstart's config gives a GPU engine."""
     from compiler.resolve.argv import embedded_engine_argv
 
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        m = compile_spec("specs/examples/quickstart.toml", list(overrides)).manifest()
-    finally:
-        os.chdir(cwd)
-    return embedded_engine_argv(m["config"], {"port": 1, "device": "cuda"}, "127.0.0.1")
+    config = _config(*overrides)["config"]
+    return embedded_engine_argv(config, {"port": 1, "device": "cuda"}, "127.0.0.1")  # type: ignore[arg-type]
 
 
 def test_cuda_graph_decode_false_reaches_the_engine() -> None:

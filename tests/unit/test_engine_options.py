@@ -3,12 +3,12 @@ memory fraction, CUDA-graph batch cap, chunked prefill, prefix cache (in-process
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
+
+from test_engine_scheduler import _run  # noqa: E402
 
 from runtime.engines.embedded.engine import Engine, prefill_chunks  # noqa: E402
 from runtime.engines.embedded.forward import graph_batch_sizes, kv_pool_tokens  # noqa: E402
@@ -19,31 +19,6 @@ from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 @pytest.fixture(scope="module")
 def loaded():
     return build_tiny("dense", seed=7)
-
-
-def _run(eng: Engine, prompts: list[list[int]], params: list[SamplingParams]) -> list[dict]:
-    results: list = [None] * len(prompts)
-    left = [len(prompts)]
-    done, lock = threading.Event(), threading.Lock()
-
-    def cb(i: int):
-        def f(res: dict) -> None:
-            results[i] = res
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
-
-        return f
-
-    reqs = [
-        eng.make_request(p, sp, cb(i), return_logprob=True)
-        for i, (p, sp) in enumerate(zip(prompts, params, strict=True))
-    ]
-    for r in reqs:
-        eng.submit(r)
-    assert done.wait(60)
-    return results
 
 
 def test_the_kv_pool_is_max_total_tokens(loaded) -> None:
@@ -99,7 +74,8 @@ def test_prefix_cache_prefills_a_shared_prompt_once_with_the_same_results(loaded
                      radix_cache=radix)  # fmt: skip
         eng.start()
         try:
-            out[radix] = _run(eng, [prompt] * 4 + [[1, 2, 3]], [*params, params[0]])
+            prompts = [prompt] * 4 + [[1, 2, 3]]
+            out[radix] = _run(eng, prompts, [*params, params[0]], return_logprob=True)
             cached = eng.stats["num_cached_prompt_tokens"]
         finally:
             eng.stop()

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from test_consumers import _models
 
 from compiler.pipeline import CompileResult, compile_spec
 from compiler.spec import Spec
@@ -34,17 +35,6 @@ BASES = (
     "specs/examples/moe-async.toml",
 )
 PERTURBED = "override 1"  # diagnostics at the perturbation point at this source
-
-
-def _models(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _models(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for a in typing.get_args(annotation) for m in _models(a)]
-    return []
 
 
 def _leaves(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, FieldInfo]]:
