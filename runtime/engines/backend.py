@@ -50,13 +50,6 @@ class EngineBackend(Protocol):
         ...
 
 
-def gpu_env(engine: Any) -> dict[str, str]:
-    """The plan's GPUs of an engine (``runtime.placement.engine_env``); none without one."""
-    from runtime.placement import engine_env
-
-    return {} if engine is None else engine_env(engine)
-
-
 def backend_for(engine: str) -> EngineBackend:
     """The backend of ``inference.engine``."""
     if engine == "sglang":

@@ -131,9 +131,9 @@ class SGLangBackend:
     checksum_audit: bool = False
 
     def env(self, engine: Any) -> dict[str, str]:
-        from runtime.engines.backend import gpu_env
+        from runtime.placement import engine_env
 
-        return {**DEFAULT_ENV, **gpu_env(engine)}
+        return {**DEFAULT_ENV, **({} if engine is None else engine_env(engine))}
 
     def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
         return int(inference.get("tensor_parallel") or 1)

@@ -37,6 +37,11 @@ OC_HYBRID = (
 CASES: list[tuple[str, str, str]] = [
     # fields without effect in their context (context.rules)
     (
+        "allow-outside-unused",
+        '[output]\nroot = "out"\nallow_outside = true  # <-\n',
+        '[output]\nroot = "out"\n',
+    ),
+    (
         "sync-off-policy-correction",
         '[async]\noff_policy_correction = "tis"  # <-\n',
         "[async]\n",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.engines.backend import gpu_env
+from runtime.placement import engine_env
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class EmbeddedBackend:
     checksum_audit: bool = True
 
     def env(self, engine: Any) -> dict[str, str]:
-        return gpu_env(engine)
+        """The plan's GPUs of the engine (none without a placement: an evaluator's)."""
+        return {} if engine is None else engine_env(engine)
 
     def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
         return 1  # TP1 only (rule embedded-engine-gpu-tp)
