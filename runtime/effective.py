@@ -59,6 +59,18 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
             "argv": router_process(cfg, urls, port, port + 1),
             "env": {},
         }
+    from runtime.engines.sglang import sglang_installed
+    from runtime.judges import planned_judges
+
+    # managed judges: built on the node (SGLang where this node has it, else the embedded
+    # engine), not yet compiled into the manifest
+    device = "cuda" if cfg.trainer.gpus else "cpu"
+    for j in planned_judges(cfg.config, {"placement": cfg.placement.raw}):
+        out[f"judge:{j.name}"] = {
+            "node": j.node,
+            "argv": j.argv(sglang_installed(), device),
+            "env": j.env(),
+        }
     trainer = commands.get("trainer_argv")
     if trainer:
         out["trainer"] = {

@@ -204,3 +204,28 @@ def test_the_backend_is_chosen_once_from_inference_engine() -> None:
     assert embedded.eval_server_args({"server_args": ["--x"]}) == []
     with pytest.raises(ValueError):
         backend_for("vllm")
+
+
+def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
+    """``python -m runtime.execute M --print-effective``: the engines' command lines carry
+    the overridden seed and token pool, and the rollout samples with that seed."""
+    import json
+    import subprocess
+
+    manifest = _manifest("inference.seed=99", "inference.max_total_tokens=64", tmp=tmp_path)
+    from compiler.manifest.manifest import write_manifest
+
+    path = write_manifest(manifest, tmp_path / "manifest.json")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-m", "runtime.execute", str(path), "--print-effective"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    view = json.loads(out.stdout)
+    for name in ("engine:0", "engine:1"):
+        argv = view["processes"][name]["argv"]
+        assert _flag(argv, "--random-seed") == "99" and _flag(argv, "--max-total-tokens") == "64"
+    assert view["processes"]["trainer"]["argv"][-1] == str(path.resolve())
+    assert view["components"]["rollout"]["sampling_seed"] == 99
+    assert view["settings"]["inference"]["engine"] == "embedded"
