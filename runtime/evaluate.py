@@ -116,34 +116,28 @@ def due_tasks(cfg: Any, update: int) -> list[EvalTask]:
 
 
 def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
-    """A server for the checkpoint: embedded by default, SGLang from the compiled argv."""
-    from runtime.engines.process import free_port
+    """A server for the checkpoint: the compiled engine command line (engine 0's), serving
+    the checkpoint on a free port (``runtime.launch_argv``); an SGLang evaluator also gets
+    ``evaluation.server_args``."""
+    from runtime.engines.backend import backend_for
+    from runtime.engines.process import free_port, start_server
+    from runtime.launch_argv import substitute
 
+    if not cfg.engine_argv:
+        raise EvalInputError("the manifest has no engine command line to evaluate with")
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
-    timeout = cfg.runtime.startup_timeout_s
-    if cfg.inference.engine == "sglang" and cfg.engine_argv:
-        from runtime.engines.sglang import set_flag, start_sglang
-
-        compiled = set_flag(list(cfg.engine_argv[0]), "--model-path", checkpoint)
-        extra = list((cfg.config.get("evaluation") or {}).get("server_args") or [])
-        return start_sglang(
-            [*compiled, *extra], log_path=log_dir / "engine.log", port=port, timeout=timeout
-        )
-    from runtime.engines.embedded.launch import start_embedded
-
-    cpu = cfg.trainer.device != "cuda"
-    return start_embedded(
-        checkpoint,
-        port=port,
-        log_path=log_dir / "engine.log",
-        timeout=timeout,
-        device="cpu" if cpu else "cuda",
-        max_running_requests=cfg.inference.max_running_requests,
-        context_length=cfg.inference.max_context_length,
-        seed=cfg.runtime.seed,
-        threads=1 if cpu else None,
-        extra=["--dtype", cfg.model.dtype],
+    argv = substitute(cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint})
+    backend = backend_for(cfg.inference.engine)
+    argv += backend.eval_server_args(cfg.config.get("evaluation") or {})
+    env = backend.env(None)  # no placement: the evaluator's own GPUs
+    return start_server(
+        f"eval-engine:{port}",
+        argv,
+        f"http://127.0.0.1:{port}/health",
+        log_dir / "engine.log",
+        timeout=cfg.runtime.startup_timeout_s,
+        env=env,
     )
 
 

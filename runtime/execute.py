@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.health import healthy as _healthy
+from runtime.launch_argv import SubstitutionError, engine_process, router_process
 from runtime.manifest import ManifestError, load_verified_manifest
 
 if TYPE_CHECKING:
@@ -35,54 +36,6 @@ EXIT_RUNTIME = 3
 
 class RunFailure(RuntimeError):
     """A failure of the run itself (engine down after retries, audit, mismatch, ...)."""
-
-
-def _python_argv(argv: Sequence[str]) -> list[str]:
-    """Compiled argv say ``python``; run them with this interpreter (the run's venv)."""
-    out = [str(a) for a in argv]
-    if out and out[0] in ("python", "python3"):
-        out[0] = sys.executable
-    return out
-
-
-def default_engine_argv(cfg: RunConfig, port: int, host: str = "127.0.0.1") -> list[str]:
-    """The embedded engine command, from the manifest's config (same seed as the trainer)."""
-    from runtime.engines.embedded.launch import embedded_argv
-
-    inf = cfg.inference
-    return embedded_argv(
-        cfg.model.source,
-        port=port,
-        device="cuda" if cfg.trainer.device == "cuda" else "cpu",
-        max_running_requests=inf.max_running_requests,
-        context_length=inf.max_context_length,
-        seed=cfg.runtime.seed,
-        host=host,
-        threads=1 if cfg.trainer.device == "cpu" else None,
-        extra=["--dtype", cfg.model.dtype]
-        + ([] if inf.raw.get("cuda_graph_decode", True) else ["--disable-cuda-graph"]),
-    )
-
-
-def engine_command(cfg: RunConfig, engine_id: int, port: int, host: str = "127.0.0.1") -> list[str]:
-    """Embedded engines are started from the config; SGLang ones from the compiled argv,
-    with the host and port this node really gave them."""
-    if cfg.inference.engine == "embedded" or engine_id >= len(cfg.engine_argv):
-        return default_engine_argv(cfg, port, host)
-    from runtime.engines.sglang import sglang_argv
-
-    return sglang_argv(_python_argv(cfg.engine_argv[engine_id]), host=host, port=port)
-
-
-def default_router_argv(
-    cfg: RunConfig, urls: Sequence[str], port: int, host: str = "127.0.0.1"
-) -> list[str]:
-    """The real sglang-router in front of the engines (policy and knobs from the manifest)."""
-    from runtime.engines.router import RouterSettings, router_argv
-
-    return router_argv(
-        list(urls), host=host, port=port, settings=RouterSettings.from_config(cfg.inference.raw)
-    )
 
 
 def with_judge_urls(bindings: dict[str, Any], found: dict[str, str]) -> dict[str, Any]:
@@ -181,13 +134,15 @@ class NodeRunner:
         return f"http://{self.ident.address}:{port}"
 
     def start_engines(self) -> None:
-        from runtime.placement import engine_env
-
         cfg = self.cfg
         mine = [e for e in self.engines if e.node == self.ident.rank]
+        manifest = str(cfg.manifest_path or "")
         for e in mine:
-            argv = engine_command(cfg, e.id, e.port, host=self._bind_host())
-            self.sup.start(f"engine:{e.id}", argv, env=engine_env(e))
+            try:
+                argv, env = engine_process(cfg, e, manifest=manifest)
+            except SubstitutionError as exc:
+                raise RunFailure(str(exc)) from None
+            self.sup.start(f"engine:{e.id}", argv, env=env)
         for e in mine:
             url = f"http://127.0.0.1:{e.port}"
             self.sup.wait_ready(
@@ -226,9 +181,11 @@ class NodeRunner:
 
         cfg = self.cfg
         port = self.router_port or 29000
-        argv = default_router_argv(cfg, self.engine_urls, port, host=self._bind_host())
-        # sglang-router's metrics endpoint defaults to port 29000 too: keep it out of the way
-        argv += ["--prometheus-port", str(free_port())]
+        # the router's metrics exporter exits when its port is taken: a free one here too
+        try:
+            argv = router_process(cfg, self.engine_urls, port, free_port(self._bind_host()))
+        except SubstitutionError as exc:
+            raise RunFailure(str(exc)) from None
         self.sup.start("router", argv)
         url = f"http://127.0.0.1:{port}"
         # healthy AND every worker registered (the router adds workers in the background)
@@ -500,6 +457,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="print the phase table and tokens/s/GPU at the end (also <output.root>/bench.json)",
     )
+    ap.add_argument(
+        "--print-effective",
+        action="store_true",
+        help="print every component's settings and every process's argv/env (JSON) as this "
+        "manifest would run them, and start nothing",
+    )
     return ap.parse_args(argv)
 
 
@@ -560,6 +523,20 @@ def _manifest_of(root: Path, digest: str) -> dict[str, Any] | None:
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
+def print_effective(path: str) -> int:
+    """``--print-effective``: the effective view as JSON (``runtime.effective``); no torch."""
+    from runtime.config import ConfigError
+    from runtime.effective import effective
+
+    try:
+        view = effective(load_verified_manifest(path), str(Path(path).resolve()))
+    except (ManifestError, ConfigError, ValueError) as exc:
+        print(f"rlc: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    print(json.dumps(view, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the manifest; Ctrl-C in any phase ends with exit 130 and one line, no traceback."""
     try:
@@ -571,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.print_effective:
+        return print_effective(args.manifest)
     print("rlc: checking the manifest and loading the runtime", file=sys.stderr, flush=True)
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, from_manifest

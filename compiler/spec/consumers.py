@@ -26,7 +26,8 @@ from __future__ import annotations
 _CFG = "runtime:runtime.config:from_manifest"
 _TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
 _DRIVER = "runtime:runtime.rollout.driver:train"
-_ENGINE_ARGV = "argv:compiler.resolve.argv:engine_argv"
+_ENGINE_ARGV = "argv:compiler.resolve.argv:embedded_engine_argv"
+_SGLANG_ARGV = "argv:compiler.resolve.argv:sglang_engine_argv"
 _TEACHER_ARGV = "argv:compiler.resolve.argv:teacher_argv"
 _EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
 _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
@@ -49,7 +50,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     ),
     "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER, _ENGINE_ARGV),
     "model.chat_template": (_TRAINER,),
-    "model.architecture": (_TRAINER, _ENGINE_ARGV),
+    "model.architecture": (_TRAINER, _SGLANG_ARGV),
     "model.dtype": (
         _ENGINE_ARGV,
         "runtime:runtime.publication.tensor:TensorPublisher._engine_dtype",
@@ -164,9 +165,12 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.router_z_loss_coef": (_TRAINER,),
     "trainer.router_aux_loss_reduction": (_TRAINER,),
     "trainer.router_z_loss_reduction": (_TRAINER,),
-    "trainer.router_replay": (_TRAINER, _ENGINE_ARGV),
+    "trainer.router_replay": (_TRAINER, _SGLANG_ARGV),
     # [inference]
-    "inference.engine": ("runtime:runtime.execute:engine_command", _ENGINE_ARGV),
+    "inference.engine": (
+        "runtime:runtime.launch_argv:engine_process",
+        "argv:compiler.resolve.argv:engine_argv",
+    ),
     "inference.placement": (
         "compile:decides the placement plan the runtime executes (engines on the trainer's "
         "GPUs or on their own)",
@@ -175,7 +179,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "compile:sizes the placement plan the runtime executes (engine-only nodes)",
     ),
     "inference.gpus": ("compile:sizes the placement plan the runtime executes (plan.placement)",),
-    "inference.tensor_parallel": (_ENGINE_ARGV,),
+    "inference.tensor_parallel": (_SGLANG_ARGV,),
     "inference.num_engines": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",
     ),
@@ -209,7 +213,6 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.max_total_tokens": (_ENGINE_ARGV,),
     "inference.mem_fraction_static": (_ENGINE_ARGV,),
     "inference.radix_cache": (_ENGINE_ARGV,),
-    "inference.max_mamba_cache_size": (_ENGINE_ARGV,),
     "inference.cuda_graph_decode": (_ENGINE_ARGV,),
     "inference.cuda_graph_max_bs": (_ENGINE_ARGV,),
     "inference.chunked_prefill_size": (_ENGINE_ARGV,),

@@ -133,7 +133,11 @@ class InferenceSection(Section):
         gt=0.0,
         le=1.0,
     )
-    radix_cache: bool = fld(False, description="SGLang radix (prefix) cache")
+    radix_cache: bool = fld(
+        False,
+        description="prefix cache: SGLang's radix cache; the embedded engine prefills a "
+        "prompt its samples share once",
+    )
     max_mamba_cache_size: int = fld(
         128,
         description="recurrent states per engine for GatedDeltaNet (olmo_hybrid) models: one per "

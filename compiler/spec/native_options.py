@@ -54,7 +54,7 @@ OWNED: dict[str, dict[str, str]] = {
         "cuda_graph_max_bs_decode": "set inference.cuda_graph_max_bs instead",
         "disable_cuda_graph": "set inference.cuda_graph_decode instead",
         "chunked_prefill_size": "set inference.chunked_prefill_size instead",
-        "max_mamba_cache_size": "set inference.max_mamba_cache_size instead",
+        "max_mamba_cache_size": "rlc serves no hybrid (recurrent) model with SGLang",
     },
     "olmo_core": {
         **dict.fromkeys(
@@ -293,6 +293,23 @@ def check_native(
         if problem is not None:
             out.append(Diagnostic("error", "native-type", f"{where}: {key!r} {problem}", span))
             continue
+        smuggled = flag_like_value(opt, value) if name == "sglang" else None
+        if smuggled is not None:
+            out.append(
+                Diagnostic(
+                    "error",
+                    "native-flag-value",
+                    f"{where}: {key!r} value {json.dumps(smuggled)} reads as a command-line "
+                    f"option: a [native.sglang] value sets {opt.flag or key} only, it cannot "
+                    "add or override other flags",
+                    span,
+                    help=(
+                        "each key maps to exactly one SGLang flag; set other options as "
+                        "their own keys (rlc-owned ones through rlc's fields)",
+                    ),
+                )
+            )
+            continue
         if opt.choices is not None:
             values = value if isinstance(value, list) else [value]
             bad = [v for v in values if v not in opt.choices]
@@ -339,6 +356,30 @@ def check_native(
     return out
 
 
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def flag_like_value(opt: NativeOption, value: Any) -> str | None:
+    """The first part of ``value`` that SGLang's argument parser would read as an option
+    (so a value could add a flag, or override one rlc sets): a string beginning with
+    ``--``, or a list item beginning with ``-`` that is not a number (each item of a list
+    option is its own argument). None when the value is only values."""
+    if opt.type == "list" and isinstance(value, list) and not opt.json_list:
+        for v in value:
+            text = _scalar_arg(v)
+            if text.startswith("-") and not _numeric(text):
+                return text
+        return None
+    if isinstance(value, str) and value.startswith("--"):
+        return value
+    return None
+
+
 def _scalar_arg(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -365,6 +406,8 @@ def sglang_argv(options: Mapping[str, Any]) -> list[str]:
     for canon in sorted(resolved):
         value = resolved[canon]
         opt = table.options[canon]
+        if canon in OWNED["sglang"] or flag_like_value(opt, value) is not None:
+            raise ValueError(f"[native.sglang] {key!r} cannot be passed (run check_native first)")
         flag = opt.flag or "--" + canon.replace("_", "-")
         if opt.type == "bool":
             if value is True:

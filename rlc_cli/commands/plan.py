@@ -15,15 +15,32 @@ from rlc_cli.commands._spec_opts import report, run_compile, spec_options
 @spec_options
 @read_format_option
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
+@click.option(
+    "--effective",
+    is_flag=True,
+    help="Print every component's settings and every process's argv/env as the runtime "
+    "would use them (JSON, as `python -m runtime.execute MANIFEST --print-effective`).",
+)
 @guarded
-def command(spec: str, overrides: tuple[str, ...], fmt: str, as_json: bool) -> None:
+def command(
+    spec: str, overrides: tuple[str, ...], fmt: str, as_json: bool, effective: bool
+) -> None:
     """Show the effective plan of a spec without writing anything."""
     result = run_compile(spec, overrides)
     as_json = as_json or fmt == "json"
-    fmt = "json" if as_json else "text"
+    fmt = "json" if as_json or effective else "text"
     if result.errors:
         report(result, fmt)
         sys.exit(EXIT_USER)
+    if effective:
+        import json
+
+        from runtime.effective import effective as effective_view
+
+        view = effective_view(result.manifest(), "{manifest}")
+        view["diagnostics"] = [d.to_json() for d in result.diagnostics]
+        click.echo(json.dumps(view, indent=2, sort_keys=True))
+        return
     r = result.resolved
     if as_json:
         import json

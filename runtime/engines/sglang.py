@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from .process import ServerProcess, ServerStartError, start_server
 
@@ -115,6 +117,32 @@ ENGINE_ENDPOINTS: dict[str, str | None] = {
 
 # Env for rollout engines, as slime/miles set it: a cheap liveness /health (no generation).
 DEFAULT_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
+
+
+@dataclass(frozen=True)
+class SGLangBackend:
+    """SGLang as a backend (``runtime.engines.backend``): it loads HF checkpoints and HF
+    weight names, holds ``tensor_parallel`` ranks per engine, and has no checksum endpoint
+    (the audit reads tensors by name and compares logprobs)."""
+
+    name: str = "sglang"
+    snapshot_format: Literal["native", "hf"] = "hf"
+    hf_weight_names: bool = True
+    checksum_audit: bool = False
+
+    def env(self, engine: Any) -> dict[str, str]:
+        from runtime.placement import engine_env
+
+        return {**DEFAULT_ENV, **({} if engine is None else engine_env(engine))}
+
+    def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
+        return int(inference.get("tensor_parallel") or 1)
+
+    def eval_server_args(self, evaluation: Mapping[str, Any]) -> list[str]:
+        return [str(a) for a in evaluation.get("server_args") or []]
+
+
+SGLANG = SGLangBackend()
 
 
 def start_sglang(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.checkpoints.identity import resume_key
 from runtime.config import RunConfig
+from runtime.engines.backend import backend_for
 from runtime.failure import shown_path
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.rollout.collect import Collector, CollectSettings, GroupGenerator
@@ -30,6 +31,15 @@ if TYPE_CHECKING:
 
 
 # ---- seams ---------------------------------------------------------------------------------
+
+
+def sampling_seed(cfg: RunConfig) -> int:
+    """The seed of every rollout and evaluation sample (``inference.seed``; the trainer's
+    ``runtime.seed`` where a manifest has none)."""
+    seed = cfg.inference.raw.get("seed")
+    return int(cfg.runtime.seed if seed is None else seed)
+
+
 def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
     """The deterministic prompt sampler over the pool ``[data]`` selects (tasks, a
     prepared ``prompt_data`` file or a verified data ``manifest``) and an id -> prompt
@@ -92,7 +102,7 @@ def _make_evaluator(
         interval=cfg.training.eval_interval,
         initial=initial,
         final=ev.final,
-        run_seed=cfg.runtime.seed,
+        run_seed=sampling_seed(cfg),
         stop_token_ids=[int(eos)] if eos is not None else [],
         concurrency=max(1, min(cfg.inference.max_running_requests, 16)),
     )
@@ -108,7 +118,7 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
     )
 
     def snapshot(out: Path) -> None:
-        if cfg.inference.engine == "sglang":
+        if backend_for(cfg.inference.engine).snapshot_format == "hf":
             trainer.export_hf(out)
         else:
             from runtime.models import save_native
@@ -474,6 +484,7 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
     from runtime.publication.distributed import DistributedPublisher
 
     cfg = runner.cfg
+    backend = backend_for(cfg.inference.engine)
     bind_host = "0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"
     return DistributedPublisher(
         runner.engine_urls,
@@ -482,11 +493,9 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
         master_port=free_port(bind_host),
         bind_host=bind_host,
         backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
-        ranks_per_engine=int(cfg.inference.raw.get("tensor_parallel") or 1)
-        if cfg.inference.engine == "sglang"
-        else 1,
+        ranks_per_engine=backend.ranks_per_engine(cfg.inference.raw),
         dtype=_serving_dtype(cfg),
-        convert=_hf_names(model) if cfg.inference.engine == "sglang" else None,
+        convert=_hf_names(model) if backend.hf_weight_names else None,
     )
 
 
@@ -512,9 +521,10 @@ def train(runner: Node) -> dict[str, Any]:
     runner.rank_pids = getattr(trainer.inner, "rank_pids", None)  # their heartbeats
     tokenizer = trainer.tokenizer
     transport = cfg.runtime.publication.transport
+    backend = backend_for(cfg.inference.engine)
     if transport == "distributed":
         publisher: Any = _distributed_publisher(runner, trainer.inner.model)
-        if cfg.inference.engine == "sglang":
+        if not backend.checksum_audit:
             publisher.logprobs = _logprob_fn(trainer)
     else:
         publisher = make_publisher(
@@ -523,7 +533,7 @@ def train(runner: Node) -> dict[str, Any]:
             cfg.runtime.publication.timeout_s,
             cfg.paths.engine_weights,
         )
-        if transport == "disk" and cfg.inference.engine == "sglang":
+        if transport == "disk" and backend.snapshot_format == "hf":
             from runtime.publication.disk import hf_snapshot
 
             publisher.writer = hf_snapshot(trainer.inner.model, tokenizer, _serving_dtype(cfg))
@@ -562,7 +572,7 @@ def train(runner: Node) -> dict[str, Any]:
         else:
             served = trainer.state_dict_for_publication(dtype=_serving_dtype(cfg))
             by_name = None
-            if cfg.inference.engine == "sglang":  # SGLang has no checksum endpoint
+            if not backend.checksum_audit:  # e.g. SGLang: no checksum endpoint
                 by_name = _hf_names(trainer.inner.model)(served)
             audit(
                 state_checksum(served),
@@ -609,7 +619,7 @@ def train(runner: Node) -> dict[str, Any]:
         CollectSettings(
             samples_per_prompt=cfg.inference.samples_per_prompt,
             sampling_params=_sampling_params(cfg, tokenizer),
-            run_seed=cfg.runtime.seed,
+            run_seed=sampling_seed(cfg),
             normalize_std=cfg.optimizer.normalize_std,
             filter_zero_std=cfg.training.filter_zero_std_groups,
             max_refill_rounds=cfg.training.max_refill_rounds,

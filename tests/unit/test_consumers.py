@@ -1,4 +1,7 @@
-"""The consumption registry covers every spec field, and every consumer it names is real."""
+"""The consumption registry that `rlc explain` shows covers every spec field, and every
+consumer it names exists and mentions the field. This keeps the explanation navigable; it
+is not the contract that a field takes effect: tests/unit/test_field_effects.py perturbs
+every field and checks what runs (or the diagnostic at it)."""
 
 from __future__ import annotations
 

@@ -12,25 +12,40 @@ from compiler.pipeline import compile_spec
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _engine_argv(*overrides: str) -> list[str]:
+def _config(*overrides: str) -> dict[str, object]:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         m = compile_spec("specs/examples/quickstart.toml", list(overrides)).manifest()
     finally:
         os.chdir(cwd)
-    argv: list[str] = m["commands"]["engine_argv"][0]  # type: ignore[index]
+    return m  # type: ignore[no-any-return]
+
+
+def _engine_argv(*overrides: str) -> list[str]:
+    argv: list[str] = _config(*overrides)["commands"]["engine_argv"][0]  # type: ignore[index]
     return argv
+
+
+def _gpu_engine_argv(*overrides: str) -> list[str]:
+    """The engine line the quickstart's config gives a GPU engine."""
+    from compiler.resolve.argv import embedded_engine_argv
+
+    config = _config(*overrides)["config"]
+    return embedded_engine_argv(config, {"port": 1, "device": "cuda"}, "127.0.0.1")  # type: ignore[arg-type]
 
 
 def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     pytest.importorskip("torch")
     from runtime.engines.embedded.__main__ import build_parser
 
-    on = _engine_argv()
-    assert "--disable-cuda-graph" not in on
-    off = _engine_argv("inference.cuda_graph_decode=false")
-    assert "--disable-cuda-graph" in off
+    # a GPU engine of the quickstart's config (on its CPU engines the graph options have no
+    # effect: the compiler leaves them out and a rule warns where a spec sets them)
+    on = _gpu_engine_argv()
+    assert "--disable-cuda-graph" not in on and "--cuda-graph-max-bs" in on
+    off = _gpu_engine_argv("inference.cuda_graph_decode=false")
+    assert "--disable-cuda-graph" in off and "--cuda-graph-max-bs" not in off
+    assert "--disable-cuda-graph" not in _engine_argv("inference.cuda_graph_decode=false")
     args = build_parser().parse_args(off[3:])
     assert args.cuda_graph is False and args.compile_decode is None
     args = build_parser().parse_args([*on[3:], "--disable-compile-decode"])

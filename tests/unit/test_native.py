@@ -206,9 +206,9 @@ def test_sglang_argv_rendering():
     argv = sglang_argv(
         {
             "radix_eviction_policy": "lfu",
-            "chunked-prefill-size": 4096,
+            "max-prefill-tokens": 4096,
             "enable_metrics": True,
-            "disable_radix_cache": False,  # false store_true flag: omitted
+            "disable_overlap_schedule": False,  # false store_true flag: omitted
             "cuda_graph_bs_decode": [1, 2, 4],
             "schedule_conservativeness": 0.5,
             negatable: False,
@@ -216,20 +216,51 @@ def test_sglang_argv_rendering():
     )
     flag = t.options[negatable].flag
     assert flag
-    assert argv[:2] == ["--chunked-prefill-size", "4096"]
-    assert "--disable-radix-cache" not in argv
+    assert argv[argv.index("--max-prefill-tokens") + 1] == "4096"
+    assert "--disable-overlap-schedule" not in argv
     i = argv.index("--cuda-graph-bs-decode")
     assert argv[i + 1 : i + 4] == ["1", "2", "4"]
     assert "--enable-metrics" in argv and argv[argv.index("--radix-eviction-policy") + 1] == "lfu"
     assert argv[argv.index("--schedule-conservativeness") + 1] == "0.5"
     assert "--no-" + flag[2:] in argv
     # Deterministic: key order of the input does not matter.
-    assert sglang_argv({"enable_metrics": True, "chunked_prefill_size": 1}) == sglang_argv(
-        {"chunked_prefill_size": 1, "enable_metrics": True}
+    assert sglang_argv({"enable_metrics": True, "max_prefill_tokens": 1}) == sglang_argv(
+        {"max_prefill_tokens": 1, "enable_metrics": True}
     )
     with pytest.raises(ValueError):
         sglang_argv({"nope": 1})
     assert sglang_argv({"schedule_conservativeness": -0.5}) == ["--schedule-conservativeness=-0.5"]
+
+
+def test_values_cannot_add_or_override_flags():
+    """Each key is exactly one flag with its values: a list item or string that SGLang's
+    parser would read as an option (``--model-path``, ``-x``) is refused at its line, and
+    owned options are refused whatever spelling names them."""
+    at = Span("s", 7, 1, 7, 30)
+    ds = check_native(
+        "sglang",
+        {"cuda_graph_bs_decode": ["1", "--model-path", "/evil"]},
+        {"cuda_graph_bs_decode": at},
+    )
+    assert codes(ds) == ["native-type"]  # a list of int: strings are not ints
+    ds = check_native(
+        "sglang",
+        {"allowed_media_domains": ["a.org", "--model-path", "/evil"]},
+        {"allowed_media_domains": at},
+    )
+    assert codes(ds) == ["native-flag-value"] and ds[0].span == at
+    assert '"--model-path"' in ds[0].message
+    (d,) = check_native("sglang", {"crash_dump_folder": "--port=1"})
+    assert d.code == "native-flag-value"
+    assert check_native("sglang", {"allowed_media_domains": ["-1", "a"]}) == []  # numbers pass
+    assert codes(check_native("sglang", {"--model-path": "/x", "tensor-parallel-size": 2})) == [
+        "native-owned",
+        "native-owned",
+    ]
+    with pytest.raises(ValueError):  # the renderer refuses what the checker refuses
+        sglang_argv({"allowed_media_domains": ["--host", "0.0.0.0"]})
+    with pytest.raises(ValueError):
+        sglang_argv({"model_path": "/x"})
 
 
 def test_sglang_argv_json_values():

@@ -25,8 +25,10 @@ def ident(rank: int, count: int):
 
 
 def test_multinode_cpu_roles_argv_env() -> None:
-    from runtime.execute import engine_command
+    from dataclasses import replace
+
     from runtime.launch.local_nodes import node_env
+    from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, roles_for
 
     cfg = config("multinode-cpu.toml")
@@ -43,7 +45,8 @@ def test_multinode_cpu_roles_argv_env() -> None:
     }
     i1 = ident(1, 2)
     assert (i1.address, i1.leader_host, i1.registry_port) == ("127.0.1.2", "127.0.1.1", 4242)
-    argv = engine_command(cfg, 1, 40001, host="0.0.0.0")
+    argv, env = engine_process(cfg, replace(cfg.placement.engines[1], port=40001))
+    assert env == {}
     assert argv[1:3] == ["-m", "runtime.engines.embedded"]
     assert argv[argv.index("--port") + 1] == "40001" and argv.count("--port") == 1
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
@@ -52,7 +55,9 @@ def test_multinode_cpu_roles_argv_env() -> None:
 
 
 def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
-    from runtime.execute import engine_command
+    from dataclasses import replace
+
+    from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, node_identity, roles_for
 
     cfg = config("multinode.toml")
@@ -71,7 +76,7 @@ def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
     ]
     for e in roles[3].engines:
         assert engine_env(e) == {"CUDA_VISIBLE_DEVICES": str(e.id - 8)}
-        argv = engine_command(cfg, e.id, 41000 + e.id, host="0.0.0.0")
+        argv, _ = engine_process(cfg, replace(e, port=41000 + e.id))
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert argv[argv.index("--port") + 1] == str(41000 + e.id)
         flags = [a for a in argv if a.startswith("--")]
@@ -116,27 +121,30 @@ def _py(argv: list[str]) -> list[str]:
 def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     """The whole command line and environment each role gets, on the node the plan gives
     it, with the addresses and ports that node really has (what the registry carries)."""
-    from runtime.execute import default_router_argv, engine_command
+    from dataclasses import replace
+
+    from runtime.launch_argv import engine_process, router_process
     from runtime.placement import engine_env, node_identity, roles_for
     from runtime.trainer.ranks import rank_env
 
     cpu = config("multinode-cpu.toml")
-    assert engine_command(cpu, 1, 40002, host="127.0.1.2")[1:] == [
-        "-m", "runtime.engines.embedded", "--model", "builtin:tiny", "--host", "127.0.1.2",
-        "--port", "40002", "--device", "cpu", "--max-running-requests", "64",
-        "--context-length", "64", "--seed", "17", "--threads", "1", "--dtype", "float32",
-    ]  # fmt: skip
+    argv, env = engine_process(cpu, replace(cpu.placement.engines[1], port=40002))
+    assert (_py(argv), env) == ([
+        "python", "-m", "runtime.engines.embedded", "--model-path", "builtin:tiny",
+        "--host", "0.0.0.0", "--port", "40002", "--device", "cpu", "--dtype", "float32",
+        "--max-running-requests", "64", "--max-total-tokens", "524288",
+        "--context-length", "64", "--random-seed", "17", "--init-seed", "17",
+        "--disable-radix-cache",
+    ], {})  # fmt: skip
     urls = ["http://127.0.1.2:40001", "http://127.0.1.2:40002"]
-    router = _py(default_router_argv(cpu, urls, 29000, host="127.0.1.1"))
-    router[router.index("--prometheus-port") + 1] = "PORT"  # a free port of the node
+    router = _py(router_process(cpu, urls, 29000, 29123))
     assert router == [
-        "python", "-m", "sglang_router.launch_router", "--host", "127.0.1.1",
-        "--port", "29000", "--worker-urls", *urls, "--policy", "cache_aware",
+        "python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0",
+        "--port", "29000", "--policy", "cache_aware", "--cache-threshold", "0.5",
+        "--balance-abs-threshold", "32", "--balance-rel-threshold", "1.0001",
         "--request-timeout-secs", "1800", "--health-check-interval-secs", "60",
-        "--log-level", "warn", "--prometheus-host", "127.0.0.1", "--prometheus-port", "PORT",
-        "--cache-threshold", "0.5", "--balance-abs-threshold", "32",
-        "--balance-rel-threshold", "1.0001", "--eviction-interval-secs", "60",
-        "--max-tree-size", "67108864", "--disable-circuit-breaker",
+        "--disable-circuit-breaker", "--log-level", "warn", "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", "29123", "--worker-urls", *urls,
     ]  # fmt: skip
     # CPU trainer ranks split the node's cores
     assert rank_env(0, 1, 2, 2, "127.0.0.1", 29500, "cpu", 2) == {
@@ -150,14 +158,16 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     node2 = roles_for(gpu.placement, node_identity({**env, "BEAKER_REPLICA_RANK": "2"}))
     e1 = node2.engines[1]
     assert (e1.id, engine_env(e1)) == (1, {"CUDA_VISIBLE_DEVICES": "1"})
-    assert _py(engine_command(gpu, 1, 41001, host="0.0.0.0")) == [
+    argv, env = engine_process(gpu, replace(e1, port=41001))
+    assert env == {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false", "CUDA_VISIBLE_DEVICES": "1"}
+    assert _py(argv) == [
         "python", "-m", "sglang.launch_server",
         "--model-path", "/weka/oe-training-default/rlc/models/OLMoE-1B-7B-hf",
+        "--host", "0.0.0.0", "--port", "41001",
         "--tp-size", "1", "--context-length", "8192", "--max-running-requests", "64",
         "--max-total-tokens", "524288", "--mem-fraction-static", "0.6",
         "--random-seed", "17", "--dtype", "bfloat16", "--cuda-graph-max-bs-decode", "64",
         "--disable-radix-cache", "--enable-return-routed-experts",
-        "--host", "0.0.0.0", "--port", "41001",
     ]  # fmt: skip
     # trainer node 1 (second of two): ranks 8..15 on its GPUs 0..7, rank 0 on node 0
     # ("lead", at the port rank 0 registered)

@@ -40,6 +40,187 @@ OC_HYBRID = (
 
 # (rule id, triggering body, clean body)
 CASES: list[tuple[str, str, str]] = [
+    # fields without effect in their context (context.rules)
+    (
+        "allow-outside-unused",
+        '[output]\nroot = "out"\nallow_outside = true  # <-\n',
+        '[output]\nroot = "out"\n',
+    ),
+    (
+        "sync-off-policy-correction",
+        '[async]\noff_policy_correction = "tis"  # <-\n',
+        "[async]\n",
+    ),
+    (
+        "sync-buffer-factor",
+        "[async]\nbuffer_factor = 3.0  # <-\n",
+        "[async]\n",
+    ),
+    (
+        "sync-producer-budget",
+        "[async]\nproducer_budget = 64  # <-\n",
+        "[async]\n",
+    ),
+    (
+        "sync-unused-sample-handler",
+        '[async]\nunused_sample_handler = "drop"  # <-\n',
+        "[async]\n",
+    ),
+    (
+        "tis-clip-without-tis",
+        "[async]\ntis_clip = 3.0  # <-\n",
+        "[async]\n",
+    ),
+    (
+        "wandb-off-wandb-project",
+        '[tracking]\nwandb_project = "p"  # <-\n',
+        '[tracking]\nwandb_mode = "offline"\nwandb_project = "p"\n',
+    ),
+    (
+        "wandb-off-wandb-team",
+        '[tracking]\nwandb_team = "t"  # <-\n',
+        '[tracking]\nwandb_mode = "offline"\nwandb_team = "t"\n',
+    ),
+    (
+        "wandb-off-wandb-group",
+        '[tracking]\nwandb_group = "g"  # <-\n',
+        '[tracking]\nwandb_mode = "offline"\nwandb_group = "g"\n',
+    ),
+    (
+        "wandb-off-wandb-run-name",
+        '[tracking]\nwandb_run_name = "r"  # <-\n',
+        '[tracking]\nwandb_mode = "offline"\nwandb_run_name = "r"\n',
+    ),
+    (
+        "wandb-off-log-interval",
+        "[tracking]\nlog_interval = 5  # <-\n",
+        '[tracking]\nwandb_mode = "offline"\nlog_interval = 5\n',
+    ),
+    (
+        "dense-router-aux-loss-reduction",
+        '[trainer]\nrouter_aux_loss_reduction = "response"  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_aux_loss_reduction = "response"\n',
+    ),
+    (
+        "dense-router-z-loss-reduction",
+        '[trainer]\nrouter_z_loss_reduction = "response"  # <-\n',
+        '[model]\nsource = "builtin:tiny-moe"\n[trainer]\nrouter_z_loss_reduction = "response"\n',
+    ),
+    (
+        "kl-estimator-without-kl",
+        '[optimizer]\nkl_estimator = "k1"  # <-\n',
+        '[optimizer]\nkl_coef = 0.01\nkl_estimator = "k1"\n',
+    ),
+    (
+        "refill-without-filtering",
+        "[training]\nfilter_zero_std_groups = false\nmax_refill_rounds = 3  # <-\n",
+        "[training]\nfilter_zero_std_groups = true\nmax_refill_rounds = 3\n",
+    ),
+    (
+        "shared-eval-initial",
+        "[evaluation]\ninitial = false  # <-\n",
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-interval",
+        "[evaluation]\ninterval = 5  # <-\n",
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-gpus",
+        "[evaluation]\ngpus = 2  # <-\n",
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-submit-timeout",
+        "[evaluation]\nsubmit_timeout = 60  # <-\n",
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-timeout",
+        '[evaluation]\ntimeout = "1h"  # <-\n',
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-server-args",
+        '[evaluation]\nserver_args = ["--enable-metrics"]  # <-\n',
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-cluster",
+        '[evaluation]\ncluster = "ai2/x"  # <-\n',
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-workspace",
+        '[evaluation]\nworkspace = "ai2/w"  # <-\n',
+        "[evaluation]\n",
+    ),
+    (
+        "shared-eval-budget",
+        '[evaluation]\nbudget = "ai2/b"  # <-\n',
+        "[evaluation]\n",
+    ),
+    (
+        "cpu-engine-mem-fraction-static",
+        "[inference]\nmem_fraction_static = 0.5  # <-\n",
+        "[inference]\n",
+    ),
+    (
+        "cpu-engine-cuda-graph-decode",
+        "[inference]\ncuda_graph_decode = false  # <-\n",
+        "[inference]\n",
+    ),
+    (
+        "cpu-engine-cuda-graph-max-bs",
+        "[inference]\ncuda_graph_max_bs = 32  # <-\n",
+        "[inference]\n",
+    ),
+    (
+        "router-cache-threshold-policy",
+        '[inference]\nrouter_policy = "round_robin"\nrouter_cache_threshold = 0.4  # <-\n',
+        "[inference]\nrouter_cache_threshold = 0.4\n",
+    ),
+    (
+        "router-balance-abs-threshold-policy",
+        '[inference]\nrouter_policy = "round_robin"\nrouter_balance_abs_threshold = 16  # <-\n',
+        "[inference]\nrouter_balance_abs_threshold = 16\n",
+    ),
+    (
+        "router-balance-rel-threshold-policy",
+        '[inference]\nrouter_policy = "round_robin"\nrouter_balance_rel_threshold = 1.5  # <-\n',
+        "[inference]\nrouter_balance_rel_threshold = 1.5\n",
+    ),
+    (
+        "router-policy-without-router",
+        '[inference]\nrouter = false\nrouter_policy = "random"  # <-\n',
+        '[inference]\nrouter_policy = "random"\n',
+    ),
+    (
+        "min-lr-above-lr",
+        "[optimizer]\nlr = 1e-5\nmin_lr = 1e-4  # <-\n",
+        "[optimizer]\nlr = 1e-5\nmin_lr = 1e-6\n",
+    ),
+    (
+        "num-params-builtin",
+        '[model]\nsource = "builtin:tiny"\nnum_params = 1000  # <-\n',
+        '[model]\nsource = "builtin:tiny"\n',
+    ),
+    (
+        "native-sglang-embedded",
+        "[native.sglang]  # <-\nenable_metrics = true\n",
+        "[native]\n",
+    ),
+    (
+        "scoring-check-interval-unused",
+        "[optimizer]\nscoring_pass = true\nscoring_check_interval = 10  # <-\n",
+        "[optimizer]\nscoring_check_interval = 10\n",
+    ),
+    (
+        "scoring-check-tolerance-unused",
+        "[optimizer]\nscoring_pass = true\nscoring_check_tolerance = 0.01  # <-\n",
+        "[optimizer]\nscoring_check_tolerance = 0.01\n",
+    ),
     # model / data
     (
         "model-builtin-format",

@@ -31,9 +31,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-running-requests", type=int, default=16)
-    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=None,
+        help="KV token pool (default: max-running-requests x context-length); the cache "
+        "holds as many context-length slots as fit in it",
+    )
+    p.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        default=None,
+        help="on a GPU: the fraction of its memory for weights + KV pool (caps the pool)",
+    )
     p.add_argument("--context-length", type=int, default=2048)
-    p.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0)
+    p.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=0,
+        help="sampling seed of requests that bring none (SGLang's spelling)",
+    )
+    p.add_argument(
+        "--init-seed",
+        type=int,
+        default=None,
+        help="seed of a random-initialised (builtin) model, the trainer's (default: --random-seed)",
+    )
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1, choices=[1])
     p.add_argument("--weight-version", default="0")
     p.add_argument(
@@ -70,10 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV-length bucket of the decode graphs (0: one graph per batch size, full cache)",
     )
     p.add_argument(
+        "--chunked-prefill-size",
         "--prefill-tokens",
+        dest="prefill_tokens",
         type=int,
         default=16384,
-        help="padded prompt tokens per batched prefill forward",
+        help="padded prompt tokens per batched prefill forward (-1: one forward)",
+    )
+    p.add_argument(
+        "--cuda-graph-max-bs",
+        type=int,
+        default=None,
+        help="largest decode batch served from a CUDA graph (larger ones decode eagerly)",
+    )
+    p.add_argument(
+        "--disable-radix-cache",
+        dest="radix_cache",
+        action="store_false",
+        help="no prefix cache (identical prompts prefilled once, their KV shared)",
     )
     p.add_argument(
         "--compile-decode",
@@ -147,8 +186,10 @@ def local_tokenizer_dir(
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.prefill_tokens < 1 or args.cuda_graph_kv_step < 0:
-        parser.error("--prefill-tokens must be >= 1 and --cuda-graph-kv-step >= 0")
+    if args.prefill_tokens == 0 or args.cuda_graph_kv_step < 0:
+        parser.error("--chunked-prefill-size must not be 0 and --cuda-graph-kv-step >= 0")
+    if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static <= 1:
+        parser.error("--mem-fraction-static must lie in (0, 1]")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -167,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = getattr(torch, args.dtype)
     loaded = load_source(
-        args.model, device=args.device, dtype=dtype, seed=args.seed, hf_template=args.hf_template
+        args.model,
+        device=args.device,
+        dtype=dtype,
+        seed=args.seed if args.init_seed is None else args.init_seed,
+        hf_template=args.hf_template,
     )
     engine = Engine(
         loaded,
@@ -184,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         compile_decode=args.compile_decode,
         fused_sampling=args.fused_sampling,
         max_mamba_cache_size=args.max_mamba_cache_size,
+        mem_fraction_static=args.mem_fraction_static,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        radix_cache=args.radix_cache,
     )
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}

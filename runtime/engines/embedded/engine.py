@@ -39,7 +39,7 @@ import torch
 
 from runtime.models.gdn_cpu import has_gated_delta_net
 
-from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel
+from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel, kv_pool_tokens
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
 log = logging.getLogger(__name__)
@@ -236,25 +236,50 @@ class Engine:
         profile: bool = False,
         fused_sampling: bool | None = None,
         max_mamba_cache_size: int | None = None,
+        mem_fraction_static: float | None = None,
+        cuda_graph_max_bs: int | None = None,
+        radix_cache: bool = True,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.config = loaded.config
         self.model_path = model_path
         self.device = torch.device(device)
-        self.max_running = max_running_requests
         self.context_length = context_length
-        self.max_total_tokens = max_total_tokens or max_running_requests * context_length
         self.seed = seed
         self.weight_version = weight_version
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
+        # the KV token pool: max_total_tokens, and on a GPU mem_fraction_static of its memory
+        # (as SGLang sizes it); the cache holds as many context-length slots as fit in it
+        probe = InferenceModel(self.model, max_slots=1, capacity=context_length, device=device)
+        per_token, cache_len = probe.kv_bytes_per_token(), probe.cache_len
+        del probe
+        total = free = None
+        if mem_fraction_static is not None and self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+        pool = kv_pool_tokens(
+            max_total_tokens,
+            bytes_per_token=per_token,
+            mem_fraction_static=mem_fraction_static,
+            total_bytes=total,
+            free_bytes=free,
+        )
+        slots = (
+            max_running_requests
+            if pool is None
+            else max(1, min(max_running_requests, pool // cache_len))
+        )
         if max_mamba_cache_size is not None and has_gated_delta_net(self.model):
             # every running sequence holds one recurrent state: the states bound admission
-            self.max_running = max(1, min(self.max_running, int(max_mamba_cache_size)))
+            slots = max(1, min(slots, int(max_mamba_cache_size)))
+        self.max_running = slots
+        self.max_total_tokens = pool if pool is not None else slots * context_length
+        self.radix_cache = radix_cache
         self.im = InferenceModel(
-            self.model, max_slots=self.max_running, capacity=context_length, device=device
+            self.model, max_slots=slots, capacity=context_length, device=device
         )
-        self.prefill_tokens = max(1, int(prefill_tokens))
+        # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)
+        self.prefill_tokens = int(prefill_tokens) if int(prefill_tokens) > 0 else 2**62
         self.profile = profile  # sync inside steps to split forward / sampling time
         # on a GPU the compiled, graph-captured decode step is the default (None: by device)
         on_gpu = self.device.type == "cuda"
@@ -268,7 +293,7 @@ class Engine:
                 log.warning("torch.compile disabled: %s", exc)
         if cuda_graph:
             try:
-                self.im.enable_cuda_graphs(kv_step=graph_kv_step)
+                self.im.enable_cuda_graphs(kv_step=graph_kv_step, max_bs=cuda_graph_max_bs)
             except UnsupportedModel as exc:
                 log.warning("CUDA graphs disabled: %s", exc)
                 cuda_graph = self.cuda_graph = False
@@ -301,6 +326,7 @@ class Engine:
             "num_decode_steps": 0,
             "num_weight_updates": 0,
             "num_retracted": 0,
+            "num_cached_prompt_tokens": 0,  # prompt tokens served from the prefix cache
         }
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -706,9 +732,7 @@ class Engine:
                 self.stats["num_prompt_tokens"] += len(req.prompt_ids)
             req.slot = base + i
         want = [r.return_logprob and r.logprob_start_len >= 0 and not r.output_ids for r in reqs]
-        last, full, experts = self.im.prefill_batch(
-            [r.prefill_ids for r in reqs], [r.slot for r in reqs], want_all=want
-        )
+        last, full, experts = self._prefill_forward(reqs, want)
         for b, req in enumerate(reqs):
             logits = full[b]
             if logits is not None:
@@ -732,6 +756,37 @@ class Engine:
         )
         toks, lps = sample_batch(last, sampling, counters)
         self._accept_all(reqs, toks, lps)
+
+    def _prefill_forward(
+        self, reqs: list[GenRequest], want: list[bool]
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
+        """The prefill forward of ``reqs``. With the prefix cache on, requests whose prefill
+        tokens are identical (GRPO's samples of one prompt) share one forward: the first
+        one's KV rows are copied into the others' slots and its logits reused."""
+        if not self.radix_cache:
+            return self.im.prefill_batch(
+                [r.prefill_ids for r in reqs], [r.slot for r in reqs], want_all=want
+            )
+        first: dict[tuple[int, ...], int] = {}
+        owner = [first.setdefault(tuple(r.prefill_ids), len(first)) for r in reqs]
+        leaders = [reqs[owner.index(k)] for k in range(len(first))]
+        lead_want = [
+            any(w for w, o in zip(want, owner, strict=True) if o == k) for k in range(len(first))
+        ]
+        last, full, experts = self.im.prefill_batch(
+            [r.prefill_ids for r in leaders], [r.slot for r in leaders], want_all=lead_want
+        )
+        for req, k in zip(reqs, owner, strict=True):
+            lead = leaders[k]
+            if req is not lead:
+                self.im.move_slot(lead.slot, req.slot, len(req.prefill_ids))
+                self.stats["num_cached_prompt_tokens"] += len(req.prefill_ids)
+        index = torch.tensor(owner, dtype=torch.long, device=last.device)
+        return (
+            last.index_select(0, index),
+            [full[k] if w else None for k, w in zip(owner, want, strict=True)],
+            None if experts is None else [experts[k] for k in owner],
+        )
 
     def _build_batch(self) -> _DecodeBatch:
         running, dev = self._running, self.device

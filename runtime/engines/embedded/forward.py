@@ -583,7 +583,9 @@ class InferenceModel:
 
     # ---- CUDA graphs (optional, dense models on GPU) -----------------------------------------
 
-    def enable_cuda_graphs(self, batch_sizes: list[int] | None = None, kv_step: int = 256) -> None:
+    def enable_cuda_graphs(
+        self, batch_sizes: list[int] | None = None, kv_step: int = 256, max_bs: int | None = None
+    ) -> None:
         """Serve ``decode`` from CUDA graphs bucketed over batch size and KV length.
 
         A graph for bucket ``(bs, L)`` attends ``cache[:bs, :, :L]``; buckets are captured
@@ -591,6 +593,7 @@ class InferenceModel:
         ``kv_step`` 0 means one length bucket, the whole cache row. MoE decode switches to
         the all-experts form (static shapes); the graphs return the routed experts too.
         Padded rows write into free slots beyond the batch, which no request reads.
+        ``max_bs`` (``--cuda-graph-max-bs``): larger batches decode eagerly.
         """
         if self.device.type != "cuda":
             raise UnsupportedModel("CUDA graphs need --device cuda")
@@ -598,7 +601,7 @@ class InferenceModel:
         # no batch-1 bucket by default: one request pads to 2, so every bucket shares one
         # shape-dynamic compile (size 1 always specializes, which cost a compile of its own)
         default = [2**i for i in range(1, 16)] if self.max_slots > 1 else None
-        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default)
+        self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default, max_bs)
         self.graph_kv_step = max(0, int(kv_step))
         self._graphs = {}
         self._graph_pool = torch.cuda.graph_pool_handle()
@@ -868,6 +871,9 @@ class InferenceModel:
         state = self.recurrent.nbytes() if self.recurrent is not None else 0
         return state + sum(t.numel() * t.element_size() for t in self.kv_rows())
 
+    def kv_bytes_per_token(self) -> int:
+        return self.kv_bytes() // max(1, self.max_slots * self.cache_len)
+
 
 @dataclass(eq=False)
 class StepState:
@@ -925,11 +931,40 @@ class StepState:
         self.pad(n)
 
 
-def graph_batch_sizes(max_slots: int, sizes: list[int] | None = None) -> list[int]:
-    """Batch buckets: the given sizes (clipped to the slots) or powers of two, always
-    including ``max_slots`` so every batch fits a graph."""
+def graph_batch_sizes(
+    max_slots: int, sizes: list[int] | None = None, max_bs: int | None = None
+) -> list[int]:
+    """Batch buckets: the given sizes (clipped to the slots) or powers of two, up to
+    ``top`` = min(max_slots, max_bs) and always including ``top``; a batch above ``max_bs``
+    has no graph and decodes eagerly (SGLang's ``--cuda-graph-max-bs``)."""
+    top = max_slots if max_bs is None else max(1, min(max_slots, int(max_bs)))
     base = sizes or [2**i for i in range(16)]
-    return sorted({min(int(b), max_slots) for b in base if int(b) > 0} | {max_slots})
+    return sorted({min(int(b), top) for b in base if int(b) > 0} | {top})
+
+
+def kv_pool_tokens(
+    max_total_tokens: int | None,
+    *,
+    bytes_per_token: int,
+    mem_fraction_static: float | None = None,
+    total_bytes: int | None = None,
+    free_bytes: int | None = None,
+) -> int | None:
+    """The KV token pool, as SGLang sizes it: ``mem_fraction_static`` of the device's memory
+    holds the weights (already loaded: ``total - free``) and the pool; ``max_total_tokens``
+    caps it. None: no bound from either (the slots x context length)."""
+    pool = max_total_tokens
+    if mem_fraction_static is not None and total_bytes is not None and free_bytes is not None:
+        room = int(total_bytes * mem_fraction_static) - (total_bytes - free_bytes)
+        if room < bytes_per_token:
+            raise ValueError(
+                f"mem_fraction_static {mem_fraction_static} leaves no room for the KV cache "
+                f"({(total_bytes - free_bytes) / 2**30:.2f} GiB in use of "
+                f"{total_bytes / 2**30:.2f} GiB)"
+            )
+        by_memory = room // max(1, bytes_per_token)
+        pool = by_memory if pool is None else min(pool, by_memory)
+    return pool
 
 
 def kv_bucket(kv_len: int, step: int, capacity: int) -> int:

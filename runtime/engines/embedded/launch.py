@@ -1,4 +1,7 @@
-"""Start embedded engine processes (argv + supervision), as the runtime and tests do."""
+"""Start stand-alone embedded engine processes (argv + supervision) for tests and tools.
+
+A run never uses this: its engines start with the manifest's command lines
+(``runtime.launch_argv``). The spellings are the ones the compiler emits."""
 
 from __future__ import annotations
 
@@ -23,13 +26,13 @@ def embedded_argv(
     python: str | None = None,
 ) -> list[str]:
     """``python -m runtime.engines.embedded ...`` with only the flags that are set."""
-    argv = [python or sys.executable, "-m", "runtime.engines.embedded", "--model", model]
+    argv = [python or sys.executable, "-m", "runtime.engines.embedded", "--model-path", model]
     argv += ["--host", host, "--port", str(port), "--device", device]
     for flag, value in (
         ("--max-running-requests", max_running_requests),
         ("--max-total-tokens", max_total_tokens),
         ("--context-length", context_length),
-        ("--seed", seed),
+        ("--random-seed", seed),
         ("--threads", threads),
     ):
         if value is not None:

@@ -291,6 +291,13 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["weight_version"] = engine.weight_version
     info["is_moe"] = engine.im.is_moe
     info["kv_cache_bytes"] = engine.im.kv_bytes()
+    info["max_total_num_tokens"] = engine.max_total_tokens  # the KV token pool
+    info["kv_cache_slots"] = engine.im.max_slots
+    info["max_running_requests"] = engine.max_running
+    info["random_seed"] = engine.seed
+    info["chunked_prefill_size"] = engine.prefill_tokens
+    info["cuda_graph_batch_sizes"] = list(engine.im.graph_batch_sizes)
+    info["radix_cache"] = engine.radix_cache
     info["decode_cuda_graph"] = bool(engine.im.graph_batch_sizes)
     info["decode_compiled"] = engine.im.compiled
     info["decode_graphs"] = engine.im.captured_graphs()

@@ -1,0 +1,117 @@
+"""What a manifest runs, without running it: ``python -m runtime.execute M --print-effective``.
+
+Every component's typed settings (the ``RunConfig`` objects the runtime hands them, dumped
+generically: dataclasses and pydantic models become JSON; the untyped ``raw`` pass-through
+sections are left out, so a field shows here only through a typed setting) and every
+process's command line and environment exactly as this node would start it (the
+substitutions of ``runtime.launch_argv``, with the compiled ports in place of the ones a
+node picks at start-up). Nothing starts; the trainer's settings type is the one torch import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+# untyped pass-through (a field reaches the output only through a typed setting), the
+# manifest's identity, and the command lines (shown as the processes that run them)
+_LEFT_OUT = frozenset({"raw", "config", "digest", "manifest_path", "engine_argv", "router_argv"})
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses, pydantic models, paths, tuples and mappings as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name not in _LEFT_OUT
+        }
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return jsonable(dump(mode="json"))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, set | frozenset) else items
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[str, dict[str, Any]]:
+    """name -> {"argv", "env"} of every process the manifest's nodes start."""
+    from runtime.launch_argv import engine_process, router_process, substitute
+
+    out: dict[str, dict[str, Any]] = {}
+    urls = []
+    for e in cfg.placement.engines:
+        argv, env = engine_process(cfg, e, manifest=manifest_path)
+        out[f"engine:{e.id}"] = {"node": e.node, "argv": argv, "env": env}
+        urls.append(f"http://{e.host}:{e.port}")
+    if cfg.placement.router_port is not None and cfg.router_argv:
+        port = cfg.placement.router_port
+        out["router"] = {
+            "node": cfg.placement.router_node,
+            "argv": router_process(cfg, urls, port, port + 1),
+            "env": {},
+        }
+    from runtime.engines.sglang import sglang_installed
+    from runtime.judges import planned_judges
+
+    # managed judges: built on the node (SGLang where this node has it, else the embedded
+    # engine), not yet compiled into the manifest
+    device = "cuda" if cfg.trainer.gpus else "cpu"
+    for j in planned_judges(cfg.config, {"placement": cfg.placement.raw}):
+        out[f"judge:{j.name}"] = {
+            "node": j.node,
+            "argv": j.argv(sglang_installed(), device),
+            "env": j.env(),
+        }
+    trainer = commands.get("trainer_argv")
+    if trainer:
+        out["trainer"] = {
+            "node": min(cfg.placement.trainer_nodes or (0,)),
+            "argv": substitute(trainer, manifest=manifest_path),
+            "env": {},
+        }
+    return out
+
+
+def components(manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """The settings components derive for themselves from the manifest: the trainer's
+    (``TrainerConfig``: its module imports torch, so this part does too), the rollout
+    driver's, the tracking sink's and the compiler cache's."""
+    from runtime.compiler_cache import CompilerCache
+    from runtime.rollout.driver import rollout_concurrency, sampling_seed, submission_granularity
+    from runtime.rollout.shaping import Shaping
+    from runtime.tracking import WandbSink
+    from runtime.trainer.trainer import TrainerConfig
+
+    config = manifest.get("config") or {}
+    return {
+        "rollout": {
+            "sampling_seed": sampling_seed(cfg),
+            "submission_granularity": submission_granularity(cfg),
+            "concurrency": rollout_concurrency(cfg),
+        },
+        "reward_shaping": Shaping.from_config(config.get("rewards") or {}),
+        "trainer": TrainerConfig.from_manifest(manifest),
+        "tracking": WandbSink.from_config(config.get("tracking") or {}),
+        "compiler_cache": CompilerCache.from_config(config.get("compiler_cache") or {}, env={}),
+    }
+
+
+def effective(manifest: dict[str, Any], manifest_path: str) -> dict[str, Any]:
+    """The effective view of a verified manifest (see the module docstring)."""
+    from runtime.config import from_manifest
+
+    cfg = from_manifest(manifest)
+    return {
+        "settings": jsonable(cfg),
+        "components": jsonable(components(manifest, cfg)),
+        "processes": processes(cfg, manifest.get("commands") or {}, manifest_path),
+    }
