@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lint.json"))
     args = ap.parse_args()
 
-    from compiler.manifest.canonical import digest_without, load_if_canonical
+    from contract.canonical import digest_without, load_if_canonical
     from compiler.manifest.lint import ManifestView, _ruleset, artifact_findings, lint_manifest
     from compiler.manifest.lint_schema import fast_check, schema_errors
     from compiler.manifest.manifest import manifest_bytes

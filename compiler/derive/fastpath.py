@@ -17,6 +17,8 @@ from typing import Any
 
 # The compiler package: every source path below (and every ``reads`` name) is relative to it.
 HERE = Path(__file__).resolve().parents[1]
+# The typed contract: the spec models live there (the runtime reads the same models).
+CONTRACT = HERE.parent / "contract"
 _DERIVE = ("derive/__init__.py", "derive/fastpath.py")
 _GENERATOR = ("__init__.py", *_DERIVE, "derive/fastgen.py", "derive/fast_runtime.py")
 
@@ -29,6 +31,7 @@ def model_sources() -> list[Path]:
         *(HERE / n for n in _DERIVE),
         HERE / "safe_read.py",  # spec/model_source.py reads config.json through it
         *sorted((HERE / "spec").glob("*.py")),
+        *sorted(CONTRACT.rglob("*.py")),
     ]
 
 

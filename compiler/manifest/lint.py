@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span
-from compiler.manifest.canonical import (
+from contract.canonical import (
     CanonicalError,
     canonical_bytes,
     digest_without,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from compiler.diagnostics import Diagnostic, DiagnosticError
-from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.safe_read import MANIFEST_LIMIT, read_regular
+from contract.canonical import CanonicalError, canonical_bytes, digest_of
 
 
 class CompiledSpec(Protocol):
@@ -37,11 +37,11 @@ MANIFEST_VERSION = 1
 SCHEMA_VERSION = 1
 
 
-# The modules the table's builder runs besides the spec models (its cache key).
+# The modules the table's builder runs besides the spec models and the contract (its cache
+# key).
 SCHEMA_DIGEST_READS = (
     "manifest/__init__.py",
     "manifest/manifest.py",
-    "manifest/canonical.py",
     "diagnostics.py",
 )
 

@@ -310,7 +310,7 @@ def evaluator_job(
         EVAL_UPDATE_PLACEHOLDER,
         render_beaker,
     )
-    from compiler.manifest.canonical import canonical_bytes
+    from contract.canonical import canonical_bytes
 
     text = canonical_bytes(manifest).decode("utf-8")
     template = render_beaker(manifest, text, signature).files.get("evaluator.yaml")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.spec.constants import BUILTIN_MODELS
+from contract.spec.constants import BUILTIN_MODELS
 
 # runtime.models.tokenizer: the builtin text tokenizer's and the digit tokenizer's sizes
 # (tests/unit/test_memory_estimate.py keeps them equal)

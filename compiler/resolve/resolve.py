@@ -125,7 +125,7 @@ _TTL_COMPONENT = re.compile(r"tmp-[0-9]+[hdwmy]")
 
 def _credential_like(key: str) -> bool:
     """A key that names a credential (api_key, auth_token, password, ...)."""
-    from compiler.spec.constants import CREDENTIAL_NAMES
+    from contract.spec.constants import CREDENTIAL_NAMES
 
     words = [w for w in re.split(r"[^A-Za-z0-9]+", key.upper()) if w]
     return bool(words) and (
@@ -141,7 +141,7 @@ def _builtin_base(source: str) -> str | None:
 
 
 def _builtin_bad_overrides(source: str) -> list[str]:
-    from compiler.spec.constants import BUILTIN_OVERRIDE_KEYS
+    from contract.spec.constants import BUILTIN_OVERRIDE_KEYS
 
     if not source.startswith("builtin:"):
         return []
@@ -324,7 +324,7 @@ class _Resolver:
 
     def run(self) -> Resolved:
         from compiler.resolve.builtin_shape import builtin_info
-        from compiler.spec.constants import DEFAULT_SHARED_ROOT
+        from contract.spec.constants import DEFAULT_SHARED_ROOT
 
         self.record_sources()
         written = str(self.value("model.source"))
@@ -847,7 +847,7 @@ class _Resolver:
     def _num_experts(self) -> int:
         """Experts per MoE layer (0: dense or unknown): builtin table / override, or the
         readable checkpoint's config."""
-        from compiler.spec.constants import BUILTIN_MODELS
+        from contract.spec.constants import BUILTIN_MODELS
 
         source = self.config["model"]["source"]
         if source.startswith("builtin:"):

@@ -1,6 +1,8 @@
-"""Stage 2, document -> typed spec: the spec schema (schema_version = 1), one pydantic model
-per section, and the checks that bind a document to it.
+"""Stage 2, document -> typed spec: the checks that bind a document to the spec schema.
 
+The schema itself (schema_version = 1, one pydantic model per section) lives in the typed
+contract, `contract.spec`, because the runtime reads the very same models from a compiled
+manifest; this package re-exports ``Spec`` and the section tables lazily.
 ``Spec`` is the root; ``SECTIONS`` maps section names to their models. Aliases and derived
 formulas live in each field's ``json_schema_extra`` (see ``_base.fld``); docs, the JSON
 Schema and ``rlc explain`` are generated from these models. Beside the models: `bind`
@@ -9,8 +11,8 @@ Schema and ``rlc explain`` are generated from these models. Beside the models: `
 values), `model_source` (what a readable ``model.source`` says) and `consumers` (what makes
 each field take effect).
 
-Where the manifest deviates from / extends briefs/contract.md (the runtime adapts in
-runtime/config.py):
+Where the manifest deviates from / extends briefs/contract.md (`contract.plan` and
+`contract.run` type the rest of the manifest):
 
 * Paths (``output.root``, ``model.source`` dirs, task paths, ``paths.*``) are joined to the
   spec's directory *as the spec path was given* and normalized, so they are cwd-relative
@@ -33,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from compiler.spec.root import (
+    from contract.spec.root import (
         MAP_SECTIONS,
         SCHEMA_VERSION,
         SECTIONS,
@@ -58,7 +60,7 @@ def __getattr__(name: str) -> Any:
     """Load the pydantic models on first use: a compile that the generated fast validator
     (``compiler/spec/_fast.py``) accepts never imports pydantic."""
     if name in __all__:
-        from compiler.spec import root
+        from contract.spec import root
 
         return getattr(root, name)
     raise AttributeError(f"module 'compiler.spec' has no attribute {name!r}")

@@ -400,7 +400,7 @@ def map_errors(bound: Bound, exc: Any) -> list[Diagnostic]:
 
 def _env_checks(bound: Bound) -> list[Diagnostic]:
     """Per-name checks of launch.env / launch.secrets (credentials, reserved names)."""
-    from compiler.spec.constants import CREDENTIAL_NAMES, CREDENTIAL_SUFFIXES, RESERVED_ENV
+    from contract.spec.constants import CREDENTIAL_NAMES, CREDENTIAL_SUFFIXES, RESERVED_ENV
 
     out: list[Diagnostic] = []
     launch = bound.merged.get("launch")

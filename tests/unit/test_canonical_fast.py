@@ -1,4 +1,4 @@
-"""The orjson fast path of `compiler.manifest.canonical` gives the same verdict as the exact check.
+"""The orjson fast path of `contract.canonical` gives the same verdict as the exact check.
 
 The fast path rests on facts about orjson's output (string escaping, key order, float
 spelling); these tests pin those facts, so an orjson upgrade that changes them fails here
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.manifest.canonical import (
+from contract.canonical import (
     canonical_bytes,
     digest_of,
     digest_without,
@@ -222,7 +222,7 @@ def test_digest_without_declines_when_the_member_is_ambiguous():
 
 
 def test_canonical_bytes_refuses_a_lone_surrogate_as_canonical_error():
-    from compiler.manifest.canonical import CanonicalError
+    from contract.canonical import CanonicalError
 
     with pytest.raises(CanonicalError):
         canonical_bytes({"a": "\ud800"})

@@ -198,7 +198,7 @@ _BUILDERS = [
 )
 def test_declared_sources_cover_what_the_builder_runs(module, builder, declared) -> None:
     """Each artifact derived from the spec models names, in its key, every compiler module
-    its builder imports (in a fresh process), so an edit to any of them changes the key:
+    its builder imports (in a fresh process; the contract's modules too), so an edit to any of them changes the key:
     a stale validator or table cannot be loaded."""
     code = (
         "import importlib, sys\n"
@@ -211,9 +211,9 @@ def test_declared_sources_cover_what_the_builder_runs(module, builder, declared)
         "    value = [*fastpath.model_sources(), *(fastpath.HERE / n for n in value)]\n"
         "declared = {str(p) for p in value}\n"
         "used = {m.__file__ for n, m in list(sys.modules.items())\n"
-        "        if n.split('.')[0] == 'compiler' and n != 'compiler.derive.derived'\n"
-        "        and getattr(m, '__file__', None)}\n"
-        "missing = sorted(str(Path(f).relative_to(fastpath.HERE)) for f in used - declared)\n"
+        "        if n.split('.')[0] in ('compiler', 'contract')\n"
+        "        and n != 'compiler.derive.derived' and getattr(m, '__file__', None)}\n"
+        "missing = sorted(str(Path(f).relative_to(fastpath.HERE.parent)) for f in used - declared)\n"
         "assert not missing, missing\n"
     )
     proc = subprocess.run(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from compiler.spec.judges import Rubric as SpecRubric
+from contract.spec.judges import Rubric as SpecRubric
 from runtime.config import ConfigError, from_manifest
 from runtime.data.eval_tasks import eval_task_kind, known_eval_tasks, load_eval_set
 from runtime.data.records import Prompt

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from compiler.pipeline import compile_spec
-from compiler.spec.rewards import CodeReward
+from contract.spec.rewards import CodeReward
 from runtime.config import from_manifest
 from runtime.executor.sandbox import Limits
 from runtime.executor.server import parse_args, settings_from_args

@@ -12,7 +12,7 @@ import fastjsonschema
 import pytest
 
 from compiler.manifest import schema_check
-from compiler.manifest.canonical import canonical_bytes, digest_of
+from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.lint import lint_manifest
 from compiler.manifest.lint_schema import fast_check, schema_errors, validator
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import DiagnosticError
-from compiler.manifest.canonical import CanonicalError, canonical_bytes, digest_of
+from contract.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.manifest.manifest import load_manifest, manifest_bytes, write_manifest
 from compiler.pipeline import compile_spec
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.diagnostics import DiagnosticError
-from compiler.manifest.canonical import canonical_bytes, digest_of
+from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.trust import (
     check_manifest,
     load_trusted,

@@ -25,7 +25,7 @@ from compiler.resolve.memory import (
     trainer_parts,
     trainer_peak,
 )
-from compiler.spec.constants import BUILTIN_MODELS
+from contract.spec.constants import BUILTIN_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_B_SOURCE = "builtin:olmo3-1b?vocab_size=100352"  # the Olmo 3 tokenizer's vocabulary

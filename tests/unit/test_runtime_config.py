@@ -136,7 +136,7 @@ def test_real_compiled_quickstart_maps() -> None:
 def test_connection_and_publication_are_one_type_each_with_the_spec_defaults() -> None:
     """`config.runtime` maps to one ClientSettings, the very object the engine client uses;
     a field the manifest leaves out falls back to the spec's default, not to another one."""
-    from compiler.spec.runtime import RuntimeSection
+    from contract.spec.runtime import RuntimeSection
     from runtime.config import ClientSettings, PublicationSettings
     from runtime.engines.client import EngineClient
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import render_all
-from compiler.manifest.canonical import canonical_bytes, digest_of
+from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.explain import explain_manifest_field
 from compiler.pipeline import compile_spec
 from compiler.spec.secrets import credential_reason

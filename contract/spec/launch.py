@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from compiler.spec._base import Section, fld
-from compiler.spec.constants import CREDENTIAL_SUFFIXES, RESERVED_ENV
+from contract.spec._base import Section, fld
+from contract.spec.constants import CREDENTIAL_SUFFIXES, RESERVED_ENV
 
 __all__ = [
     "CREDENTIAL_SUFFIXES",

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 JudgeName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 
 class TeacherSection(Section):

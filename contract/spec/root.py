@@ -6,26 +6,26 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from compiler.spec._base import Section, fld
-from compiler.spec.async_ import AsyncSection
-from compiler.spec.checkpoint import CheckpointSection
-from compiler.spec.compiler_cache import CompilerCacheSection
-from compiler.spec.data import DataSection
-from compiler.spec.environment import EnvironmentSection
-from compiler.spec.evaluation import EvaluationSection
-from compiler.spec.inference import InferenceSection
-from compiler.spec.judges import Judge, JudgeName, JudgingSection, Rubric
-from compiler.spec.launch import LaunchSection
-from compiler.spec.model import ModelSection
-from compiler.spec.native import NativeSection
-from compiler.spec.optimizer import OptimizerSection
-from compiler.spec.output import OutputSection
-from compiler.spec.rewards import RewardsSection
-from compiler.spec.runtime import RuntimeSection
-from compiler.spec.teacher import DistillationSection, TeacherSection
-from compiler.spec.tracking import TrackingSection
-from compiler.spec.trainer import TrainerSection
-from compiler.spec.training import TrainingSection
+from contract.spec._base import Section, fld
+from contract.spec.async_ import AsyncSection
+from contract.spec.checkpoint import CheckpointSection
+from contract.spec.compiler_cache import CompilerCacheSection
+from contract.spec.data import DataSection
+from contract.spec.environment import EnvironmentSection
+from contract.spec.evaluation import EvaluationSection
+from contract.spec.inference import InferenceSection
+from contract.spec.judges import Judge, JudgeName, JudgingSection, Rubric
+from contract.spec.launch import LaunchSection
+from contract.spec.model import ModelSection
+from contract.spec.native import NativeSection
+from contract.spec.optimizer import OptimizerSection
+from contract.spec.output import OutputSection
+from contract.spec.rewards import RewardsSection
+from contract.spec.runtime import RuntimeSection
+from contract.spec.teacher import DistillationSection, TeacherSection
+from contract.spec.tracking import TrackingSection
+from contract.spec.trainer import TrainerSection
+from contract.spec.training import TrainingSection
 
 SCHEMA_VERSION = 1
 

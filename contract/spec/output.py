@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 
 class OutputSection(Section):

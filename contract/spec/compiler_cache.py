@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from compiler.spec._base import Section, fld
-from compiler.spec.constants import DEFAULT_SHARED_ROOT
+from contract.spec._base import Section, fld
+from contract.spec.constants import DEFAULT_SHARED_ROOT
 
 __all__ = ["DEFAULT_SHARED_ROOT", "CompilerCacheSection"]
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 TaskName = Literal["gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic", "addition"]
 PromptWrapper = Literal[

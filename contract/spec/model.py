@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from compiler.spec._base import Section, fld
-from compiler.spec.constants import BUILTIN_MODELS, BUILTIN_OVERRIDE_KEYS
+from contract.spec._base import Section, fld
+from contract.spec.constants import BUILTIN_MODELS, BUILTIN_OVERRIDE_KEYS
 
 Architecture = Literal["dense", "moe", "hybrid_moe"]
 

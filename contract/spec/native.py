@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from compiler.spec._base import Section
+from contract.spec._base import Section
 
 
 class NativeSection(Section):

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from compiler.spec._base import Section, fld
-from compiler.spec.launch import Duration
+from contract.spec._base import Section, fld
+from contract.spec.launch import Duration
 
 
 class EvalTask(Section):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 
 class MathReward(Section):

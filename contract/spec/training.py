@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from compiler.spec._base import Section, fld
+from contract.spec._base import Section, fld
 
 
 class TrainingSection(Section):
