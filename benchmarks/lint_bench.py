@@ -46,13 +46,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "lint.json"))
     args = ap.parse_args()
 
-    from contract.canonical import digest_without, load_if_canonical
     from compiler.manifest.lint import ManifestView, _ruleset, artifact_findings, lint_manifest
     from compiler.manifest.lint_schema import fast_check, schema_errors
     from compiler.manifest.manifest import manifest_bytes
     from compiler.manifest.trust import derivation_findings
     from compiler.pipeline import compile_spec
     from compiler.rules import evaluate
+    from contract.canonical import digest_without, load_if_canonical
 
     os.chdir(ROOT)
     blobs = []

@@ -38,6 +38,13 @@ class PlacedJudge(Record):
     port: int
 
 
+class PlacedTeacher(Record):
+    node: int
+    gpus: list[int]
+    device: Literal["cpu", "cuda"]
+    port: int
+
+
 class PlacedGpu(Record):
     gpu: int
     roles: list[str]
@@ -66,6 +73,8 @@ class Placement(Record):
     engines: list[PlacedEngine]
     router: PlacedRouter | None
     judges: list[PlacedJudge]
+    teacher: PlacedTeacher | None
+    teacher_gpus: int
     trainer: PlacedTrainer
     replicas: int
     gpus_per_replica: int

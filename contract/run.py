@@ -41,6 +41,7 @@ class Commands(Record):
     engine_argv: list[list[str]]
     trainer_argv: list[str]
     router_argv: list[str]
+    teacher_argv: list[str] = []  # on-policy distillation only (absent otherwise)
 
 
 class RunPaths(Record):

@@ -29,8 +29,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from contract.defaults import default_of
+from contract.spec.compiler_cache import CompilerCacheSection
 from runtime.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -57,31 +58,33 @@ def _signature(root: Path) -> tuple[tuple[str, int], ...]:
 
 @dataclass(frozen=True)
 class CompilerCache:
-    enabled: bool = True
+    """``[compiler_cache]`` (defaults are the spec's, `contract.defaults`)."""
+
+    enabled: bool = default_of(CompilerCacheSection, "enabled")
     shared_root: Path | None = None
-    restore: bool = True
-    max_storage_bytes: int = 8 * 1024**3
-    publish_interval_seconds: float = 600.0
+    restore: bool = default_of(CompilerCacheSection, "restore")
+    max_storage_bytes: int = default_of(CompilerCacheSection, "max_storage_bytes")
+    publish_interval_seconds: float = default_of(CompilerCacheSection, "publish_interval_seconds")
 
     @classmethod
-    def from_config(
-        cls, cc: Mapping[str, Any], env: Mapping[str, str] | None = None
+    def from_contract(
+        cls, cc: CompilerCacheSection, env: Mapping[str, str] | None = None
     ) -> CompilerCache:
-        """From the manifest's ``config.compiler_cache`` table (and the job's environment)."""
-        root = cc.get("shared_root")
+        """From the manifest's ``config.compiler_cache`` section (and the job's environment)."""
+        root = cc.shared_root
         env = os.environ if env is None else env
         carried = env.get(SHARED_ROOT_ENV)
-        if carried and bool(cc.get("enabled", True)) and carried != str(root or ""):
+        if carried and cc.enabled and carried != (root or ""):
             raise CompilerCacheError(
                 f"{SHARED_ROOT_ENV}={carried} but the manifest's compiler_cache.shared_root is "
                 f"{root!r}; the job spec was edited after compile (recompile instead)"
             )
         return cls(
-            enabled=bool(cc.get("enabled", True)),
-            shared_root=None if not root else Path(str(root)),
-            restore=bool(cc.get("restore", True)),
-            max_storage_bytes=int(cc.get("max_storage_bytes", 8 * 1024**3)),
-            publish_interval_seconds=float(cc.get("publish_interval_seconds", 600.0)),
+            enabled=cc.enabled,
+            shared_root=None if not root else Path(root),
+            restore=cc.restore,
+            max_storage_bytes=cc.max_storage_bytes,
+            publish_interval_seconds=cc.publish_interval_seconds,
         )
 
     # ---- generations -------------------------------------------------------------------

@@ -51,11 +51,12 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
     for e in cfg.placement.engines:
         argv, env = engine_process(cfg, e, manifest=manifest_path)
         out[f"engine:{e.id}"] = {"node": e.node, "argv": argv, "env": env}
-        urls.append(f"http://{e.host}:{e.port}")
-    if cfg.placement.router_port is not None and cfg.router_argv:
-        port = cfg.placement.router_port
+        urls.append(f"http://127.0.0.1:{e.port}")
+    router = cfg.placement.router
+    if router is not None and cfg.router_argv:
+        port = router.port
         out["router"] = {
-            "node": cfg.placement.router_node,
+            "node": router.node,
             "argv": router_process(cfg, urls, port, port + 1),
             "env": {},
         }
@@ -65,7 +66,7 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
     # managed judges: built on the node (SGLang where this node has it, else the embedded
     # engine), not yet compiled into the manifest
     device = "cuda" if cfg.trainer.gpus else "cpu"
-    for j in planned_judges(cfg.config, {"placement": cfg.placement.raw}):
+    for j in planned_judges(cfg.spec, cfg.placement):
         out[f"judge:{j.name}"] = {
             "node": j.node,
             "argv": j.argv(sglang_installed(), device),
@@ -74,7 +75,7 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
     trainer = commands.get("trainer_argv")
     if trainer:
         out["trainer"] = {
-            "node": min(cfg.placement.trainer_nodes or (0,)),
+            "node": min(cfg.placement.trainer.nodes or [0]),
             "argv": substitute(trainer, manifest=manifest_path),
             "env": {},
         }
@@ -91,27 +92,36 @@ def components(manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
     from runtime.tracking import WandbSink
     from runtime.trainer.trainer import TrainerConfig
 
-    config = manifest.get("config") or {}
     return {
         "rollout": {
             "sampling_seed": sampling_seed(cfg),
             "submission_granularity": submission_granularity(cfg),
             "concurrency": rollout_concurrency(cfg),
         },
-        "reward_shaping": Shaping.from_config(config.get("rewards") or {}),
-        "trainer": TrainerConfig.from_manifest(manifest),
-        "tracking": WandbSink.from_config(config.get("tracking") or {}),
-        "compiler_cache": CompilerCache.from_config(config.get("compiler_cache") or {}, env={}),
+        "reward_shaping": Shaping.from_contract(cfg.rewards),
+        "trainer": TrainerConfig.from_contract(cfg.contract),
+        "tracking": WandbSink.from_contract(cfg.tracking),
+        "compiler_cache": CompilerCache.from_contract(cfg.compiler_cache, env={}),
     }
 
 
 def effective(manifest: dict[str, Any], manifest_path: str) -> dict[str, Any]:
     """The effective view of a verified manifest (see the module docstring)."""
-    from runtime.config import from_manifest
+    from contract.run import parse
+    from runtime.config import RunConfig
 
-    cfg = from_manifest(manifest)
+    cfg = RunConfig.from_contract(parse(manifest))
+    # the typed settings: the resolved spec sections every component receives (the contract),
+    # the plan, and what the runtime joins from them; not the manifest's identity or commands
+    settings = {
+        **cfg.config_document,
+        "plan": cfg.plan,
+        "paths": cfg.paths,
+        "judge_bindings": cfg.judge_bindings,
+        "teacher": cfg.teacher,
+    }
     return {
-        "settings": jsonable(cfg),
+        "settings": jsonable(settings),
         "components": jsonable(components(manifest, cfg)),
         "processes": processes(cfg, manifest.get("commands") or {}, manifest_path),
     }

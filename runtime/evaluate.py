@@ -101,7 +101,7 @@ def due_tasks(cfg: Any, update: int) -> list[EvalTask]:
                 prompts = load_eval_task(t.task, cfg.data.seed, limit)
                 out.append(EvalTask(t.task, prompts, dict(t.generation), scoring))
             return out
-        prompts = held_out_prompts(cfg.config.get("data") or {})
+        prompts = held_out_prompts(cfg.data)
     except DataError as exc:
         raise EvalInputError(str(exc)) from None
     if not prompts:
@@ -129,7 +129,7 @@ def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
     log_dir.mkdir(parents=True, exist_ok=True)
     argv = substitute(cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint})
     backend = backend_for(cfg.inference.engine)
-    argv += backend.eval_server_args(cfg.config.get("evaluation") or {})
+    argv += backend.eval_server_args(cfg.evaluation)
     env = backend.env(None)  # no placement: the evaluator's own GPUs
     return start_server(
         f"eval-engine:{port}",
@@ -175,10 +175,9 @@ def evaluate(cfg: Any, update: int, checkpoint: str, out: Path, url: str) -> dic
         except ValueError as exc:
             raise EvalInputError(f"evaluation task {task.name!r}: {exc}") from None
         attach_prompt_text(task.prompts, cfg.judge_bindings)
-        rewards = {k: dict(v) for k, v in cfg.rewards.items()}
-        for p in {p.verifier for p in task.prompts}:
-            rewards[p] = {**rewards.get(p, {}), **task.scoring}
-        verifiers = RunVerifiers(rewards, cfg.judge_bindings, "zero")
+        verifiers = RunVerifiers(
+            cfg.rewards, cfg.judge_bindings, "zero", cfg.executor, overrides=task.scoring
+        )
         try:
             res = evaluate_pool(
                 generate,
@@ -225,13 +224,13 @@ def evaluate(cfg: Any, update: int, checkpoint: str, out: Path, url: str) -> dic
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
-    from runtime.config import ConfigError, from_manifest
-    from runtime.manifest import ManifestError, load_verified_manifest
+    from runtime.config import ConfigError, RunConfig
+    from runtime.manifest import ManifestError, load
 
     try:
         if args.update < 0:
             raise EvalInputError(f"--update must be >= 0, got {args.update}")
-        cfg = from_manifest(load_verified_manifest(args.manifest))
+        cfg = RunConfig.from_contract(load(args.manifest), args.manifest)
         _check_checkpoint(args.checkpoint)
         due_tasks(cfg, args.update)  # validate names and data before starting an engine
     except (ManifestError, ConfigError, EvalInputError) as exc:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.health import healthy as _healthy
 from runtime.launch_argv import SubstitutionError, engine_process, router_process
-from runtime.manifest import ManifestError, load_verified_manifest
+from runtime.manifest import ManifestError
 
 if TYPE_CHECKING:
     from runtime.config import RunConfig
@@ -73,9 +73,7 @@ class NodeRunner:
         self.stop = StopFlag()
         from runtime.compiler_cache import CacheSession, CompilerCache
 
-        self.compiler_cache = CacheSession(
-            CompilerCache.from_config(cfg.config.get("compiler_cache") or {})
-        )
+        self.compiler_cache = CacheSession(CompilerCache.from_contract(cfg.compiler_cache))
         logs = cfg.paths.root / "logs"
         self.sup = Supervisor(
             log_dir=logs / f"node-{ident.rank}" if ident.count > 1 else logs,
@@ -122,9 +120,10 @@ class NodeRunner:
 
         plan = self.cfg.placement
         self.engines = [
-            replace(e, port=fresh()) if e.node == self.ident.rank else e for e in plan.engines
+            e.model_copy(update={"port": fresh()}) if e.node == self.ident.rank else e
+            for e in plan.engines
         ]
-        self.router_port = fresh() if plan.router_port is not None else None
+        self.router_port = fresh() if plan.router is not None else None
 
     def _bind_host(self) -> str:
         return "127.0.0.1" if self.ident.count == 1 else "0.0.0.0"
@@ -147,7 +146,7 @@ class NodeRunner:
             url = f"http://127.0.0.1:{e.port}"
             self.sup.wait_ready(
                 f"engine:{e.id}",
-                lambda url=url: _healthy(url, cfg.runtime.client.health_timeout_s),
+                lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
                 cfg.runtime.startup_timeout_s,
             )
             self.registry.register(f"engine:{e.id}", self._url(e.port))
@@ -157,7 +156,7 @@ class NodeRunner:
         on another node reaches them at the registered address, not at loopback."""
         from runtime.judges import planned_judges
 
-        placed = planned_judges(self.cfg.config, {"placement": self.cfg.placement.raw})
+        placed = planned_judges(self.cfg.spec, self.cfg.placement)
         for j in placed:
             if j.node == self.ident.rank:
                 self.registry.register(f"judge:{j.name}", self._url(j.port))
@@ -199,7 +198,7 @@ class NodeRunner:
         """Beat for this node and its roles; watch the others (``runtime.heartbeat``)."""
         from runtime.heartbeat import Heartbeats, MemoryStore, store_client
 
-        timeout = self.cfg.runtime.heartbeat_timeout_s
+        timeout = self.cfg.launch.coordination.heartbeat_timeout
         if self.ident.count == 1:
             store: Any = MemoryStore()
         else:
@@ -338,7 +337,7 @@ class NodeRunner:
             if self.roles.router:
                 self.start_router()
             if self.roles.trainer and self.router_port is not None:
-                owner = {"router": cfg.placement.router_node or 0}
+                owner = {"router": cfg.placement.router.node if cfg.placement.router else 0}
                 self.gen_url = self.registry.lookup(["router"], owner)["router"]
             elif self.roles.trainer:
                 self.gen_url = self.engine_urls[0]
@@ -356,7 +355,7 @@ class NodeRunner:
             self._serve_only()
             self.finished = True
             return None
-        if self.ident.rank != min(cfg.placement.trainer_nodes):
+        if self.ident.rank != min(cfg.placement.trainer.nodes):
             try:
                 self._follow_trainer()
                 self.finished = True
@@ -400,16 +399,16 @@ class NodeRunner:
         from runtime.trainer.ranks import start_ranks
 
         cfg, plan = self.cfg, self.cfg.placement
-        nodes = len(plan.trainer_nodes)
-        world = int((plan.raw.get("trainer") or {}).get("world_size") or 1)
+        nodes = len(plan.trainer.nodes)
+        world = plan.trainer.world_size
         try:  # trainer rank 0 announces where it waits
-            where = self.registry.lookup(["trainer"], {"trainer": min(plan.trainer_nodes)})
+            where = self.registry.lookup(["trainer"], {"trainer": min(plan.trainer.nodes)})
         except RegistryError as exc:
             raise RunFailure(str(exc)) from None
         host, port = where["trainer"].rsplit(":", 1)
         ranks = start_ranks(
             cfg.manifest_path or "",
-            node_rank=plan.trainer_nodes.index(self.ident.rank),
+            node_rank=plan.trainer.nodes.index(self.ident.rank),
             nprocs=world // nodes,
             addr=host,
             port=int(port),
@@ -485,14 +484,16 @@ def _output_root_conflict(cfg: Any, resume: str) -> str | None:
         return None
     digest, key = meta.get("digest"), meta.get("resume_key")
     if key:
-        if key == resume_key(cfg.config):
+        if key == resume_key(cfg.config_document):
             return None
     elif not digest or digest == cfg.digest:
         return None
     changed = ""
     old = _manifest_of(cfg.paths.root, str(digest or ""))
     if old is not None:
-        fields = differing_fields(resume_view(old.get("config", {})), resume_view(cfg.config))
+        fields = differing_fields(
+            resume_view(old.get("config", {})), resume_view(cfg.config_document)
+        )
         if fields:
             shown = ", ".join(fields[:8]) + (", ..." if len(fields) > 8 else "")
             changed = f" (they differ in {shown})"
@@ -529,7 +530,10 @@ def print_effective(path: str) -> int:
     from runtime.effective import effective
 
     try:
-        view = effective(load_verified_manifest(path), str(Path(path).resolve()))
+        from runtime.manifest import document, verify
+
+        verify(path)
+        view = effective(document(path), str(Path(path).resolve()))
     except (ManifestError, ConfigError, ValueError) as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
         return EXIT_USER
@@ -552,16 +556,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return print_effective(args.manifest)
     print("rlc: checking the manifest and loading the runtime", file=sys.stderr, flush=True)
     from runtime.compiler_cache import CompilerCache
-    from runtime.config import ConfigError, from_manifest
+    from runtime.config import ConfigError, RunConfig
+    from runtime.manifest import load
     from runtime.models.loader import ModelLoadError, check_source
     from runtime.placement import PlacementError, node_identity, roles_for
 
     try:
-        manifest = load_verified_manifest(args.manifest)
-        cfg = replace(from_manifest(manifest), manifest_path=Path(args.manifest).resolve())
-        CompilerCache.from_config(cfg.config.get("compiler_cache") or {})  # the job's env agrees
-        model = cfg.config.get("model") or {}
-        check_source(str(model.get("source", "")), hf_template=model.get("hf_template"))
+        cfg = RunConfig.from_contract(load(args.manifest), args.manifest)
+        CompilerCache.from_contract(cfg.compiler_cache)  # the job's env agrees
+        check_source(cfg.model.source, hf_template=cfg.model.hf_template)
         ident = node_identity()
         roles = roles_for(cfg.placement, ident)
     except (ManifestError, ConfigError, PlacementError) as exc:

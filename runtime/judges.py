@@ -5,16 +5,20 @@ engine before training starts (an unstarted judge would silently score 0).
 The server is SGLang where it is installed (its OpenAI-compatible API), otherwise the
 embedded engine, which serves the same ``/v1/chat/completions`` route
 (``--served-model-name``). Judges are reached at ``http://HOST:PORT`` (see
-``runtime.config._judge_bindings``).
+``runtime.config.judge_bindings``).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from contract.spec.judges import ManagedJudge as ManagedJudgeSpec
 
 if TYPE_CHECKING:
+    from contract.plan import Placement
+    from contract.spec.root import Spec
     from runtime.node import Node
 
 
@@ -24,13 +28,13 @@ class ManagedJudge:
     node: int
     port: int
     gpus: tuple[int, ...]
-    settings: dict[str, Any]
+    settings: ManagedJudgeSpec
 
     def argv(self, sglang: bool, device: str) -> list[str]:
         """The judge server's command line."""
         s = self.settings
-        model_path = str(s.get("prepared_dir") or s["model"])
-        context = str(int(s.get("max_context_length", 40960)))
+        model_path = s.prepared_dir or s.model
+        context = str(s.max_context_length)
         if sglang:
             argv = [
                 sys.executable,
@@ -39,7 +43,7 @@ class ManagedJudge:
                 "--model-path",
                 model_path,
                 "--served-model-name",
-                str(s["model"]),
+                s.model,
                 "--host",
                 "0.0.0.0",
                 "--port",
@@ -49,9 +53,9 @@ class ManagedJudge:
                 "--context-length",
                 context,
             ]
-            if s.get("revision"):
-                argv += ["--revision", str(s["revision"])]
-            if s.get("context_extension") == "qwen3-yarn-128k":
+            if s.revision:
+                argv += ["--revision", s.revision]
+            if s.context_extension == "qwen3-yarn-128k":
                 argv += [
                     "--json-model-override-args",
                     '{"rope_scaling":{"rope_type":"yarn","factor":4.0,'
@@ -65,7 +69,7 @@ class ManagedJudge:
             "--model-path",
             model_path,
             "--served-model-name",
-            str(s["model"]),
+            s.model,
             "--host",
             "0.0.0.0" if self.node else "127.0.0.1",
             "--port",
@@ -75,28 +79,26 @@ class ManagedJudge:
             "--context-length",
             context,
             "--max-running-requests",
-            str(int(s.get("max_concurrent_calls", 16))),
+            str(s.max_concurrent_calls),
         ]
 
     def env(self) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus)} if self.gpus else {}
 
 
-def planned_judges(config: dict[str, Any], plan: dict[str, Any]) -> list[ManagedJudge]:
+def planned_judges(spec: Spec, placement: Placement) -> list[ManagedJudge]:
     """The managed judges of the compiled placement, with their ``[judges.NAME]`` settings."""
-    judges = config.get("judges") or {}
     out = []
-    for placed in (plan.get("placement") or {}).get("judges") or []:
-        name = str(placed["name"])
-        settings = dict(judges.get(name) or {})
-        if settings.get("mode", "managed") != "managed":
+    for placed in placement.judges:
+        settings = spec.judges.get(placed.name)
+        if not isinstance(settings, ManagedJudgeSpec):
             continue
         out.append(
             ManagedJudge(
-                name=name,
-                node=int(placed.get("node", 0)),
-                port=int(placed["port"]),
-                gpus=tuple(int(g) for g in placed.get("gpus") or ()),
+                name=placed.name,
+                node=placed.node,
+                port=placed.port,
+                gpus=tuple(placed.gpus),
                 settings=settings,
             )
         )
@@ -109,8 +111,7 @@ def start_managed_judges(runner: Node) -> list[str]:
     from runtime.health import healthy as _healthy
 
     cfg = runner.cfg
-    manifest_plan = {"placement": cfg.placement.raw}
-    mine = [j for j in planned_judges(cfg.config, manifest_plan) if j.node == runner.ident.rank]
+    mine = [j for j in planned_judges(cfg.spec, cfg.placement) if j.node == runner.ident.rank]
     sglang = sglang_installed()
     device = "cuda" if cfg.trainer.gpus else "cpu"
     urls = []
@@ -120,7 +121,7 @@ def start_managed_judges(runner: Node) -> list[str]:
         url = f"http://127.0.0.1:{j.port}"
         runner.sup.wait_ready(
             f"judge:{j.name}",
-            lambda url=url: _healthy(url, cfg.runtime.client.health_timeout_s),
+            lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
             cfg.runtime.startup_timeout_s,
         )
         urls.append(url)

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from runtime.config import EnginePlacement, PlacementPlan
+from contract.plan import PlacedEngine, Placement
 
 
 class PlacementError(RuntimeError):
@@ -36,7 +36,7 @@ class NodeRoles:
     """What this node starts: engine processes, the router, the trainer."""
 
     rank: int
-    engines: tuple[EnginePlacement, ...]
+    engines: tuple[PlacedEngine, ...]
     router: bool
     trainer: bool
     leader: bool
@@ -75,7 +75,7 @@ def node_identity(env: Mapping[str, str] | None = None) -> NodeIdentity:
     return NodeIdentity(rank, count, leader, address=address, registry_port=registry_port)
 
 
-def roles_for(plan: PlacementPlan, ident: NodeIdentity) -> NodeRoles:
+def roles_for(plan: Placement, ident: NodeIdentity) -> NodeRoles:
     """Select this node's roles; refuse a replica count that differs from the plan."""
     if ident.count != plan.num_nodes:
         raise PlacementError(
@@ -85,13 +85,13 @@ def roles_for(plan: PlacementPlan, ident: NodeIdentity) -> NodeRoles:
     return NodeRoles(
         rank=ident.rank,
         engines=tuple(e for e in plan.engines if e.node == ident.rank),
-        router=plan.router_node == ident.rank,
-        trainer=ident.rank in plan.trainer_nodes,
+        router=plan.router is not None and plan.router.node == ident.rank,
+        trainer=ident.rank in plan.trainer.nodes,
         leader=ident.rank == 0,
     )
 
 
-def engine_env(engine: EnginePlacement) -> dict[str, str]:
+def engine_env(engine: PlacedEngine) -> dict[str, str]:
     """An engine sees only the GPUs the plan gave it (its first one is its device 0)."""
     if not engine.gpus:
         return {}

@@ -13,31 +13,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.defaults import default_of
+from contract.spec.tracking import TrackingSection
+
 MODES = ("disabled", "offline", "online")
 
 
 @dataclass(frozen=True)
 class WandbSink:
-    mode: str = "disabled"
+    """``[tracking]`` W&B settings (defaults are the spec's, `contract.defaults`)."""
+
+    mode: str = default_of(TrackingSection, "wandb_mode")
     project: str | None = None
     entity: str | None = None
     group: str | None = None
     run_name: str | None = None
-    log_interval: int = 1
+    log_interval: int = default_of(TrackingSection, "log_interval")
 
     @classmethod
-    def from_config(cls, tracking: Mapping[str, Any]) -> WandbSink:
-        """From the manifest's ``config.tracking`` table."""
-        mode = str(tracking.get("wandb_mode") or "disabled")
-        if mode not in MODES:
-            raise ValueError(f"tracking.wandb_mode must be one of {MODES}, not {mode!r}")
+    def from_contract(cls, tracking: TrackingSection) -> WandbSink:
+        """From the manifest's ``config.tracking`` section."""
         return cls(
-            mode=mode,
-            project=tracking.get("wandb_project"),
-            entity=tracking.get("wandb_team"),
-            group=tracking.get("wandb_group"),
-            run_name=tracking.get("wandb_run_name"),
-            log_interval=max(1, int(tracking.get("log_interval") or 1)),
+            mode=tracking.wandb_mode,
+            project=tracking.wandb_project,
+            entity=tracking.wandb_team,
+            group=tracking.wandb_group,
+            run_name=tracking.wandb_run_name,
+            log_interval=tracking.log_interval,
         )
 
     def start(self, root: Path, config: Mapping[str, Any], run_id: str) -> WandbRun | None:

@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, Span
+from compiler.manifest.lint_schema import schema_errors
+from compiler.rules.expr import UNSET
+from compiler.safe_read import MANIFEST_LIMIT, read_regular
 from contract.canonical import (
     CanonicalError,
     canonical_bytes,
@@ -44,9 +47,6 @@ from contract.canonical import (
     load_if_canonical,
     loads_strict,
 )
-from compiler.manifest.lint_schema import schema_errors
-from compiler.rules.expr import UNSET
-from compiler.safe_read import MANIFEST_LIMIT, read_regular
 
 
 @dataclass

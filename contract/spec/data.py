@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import Field
 
 from contract.spec._base import Section, fld
+from contract.tasks import TaskName
 
-TaskName = Literal["gsm8k", "math", "ifeval", "code", "multiplication", "arithmetic", "addition"]
 PromptWrapper = Literal[
     "none",
     "auto",

@@ -7,12 +7,15 @@ Thin wrappers: the spec is compiled by the pipeline, the work is done by
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from compiler.diagnostics import Diagnostic, DiagnosticError
 from rlc_cli.commands._common import guarded
+
+if TYPE_CHECKING:
+    from contract.spec.root import Spec
 
 
 def _error(message: str, help: str | None = None) -> DiagnosticError:
@@ -21,17 +24,20 @@ def _error(message: str, help: str | None = None) -> DiagnosticError:
     )
 
 
-def _config_of(spec: Path, overrides: tuple[str, ...]) -> dict[str, Any]:
-    """The resolved config of a spec (compiled) or of an already compiled manifest."""
+def _config_of(spec: Path, overrides: tuple[str, ...]) -> Spec:
+    """The resolved spec (the contract's type) of a spec file (compiled) or of an already
+    compiled manifest."""
+    from contract.spec.root import Spec
+
     if spec.suffix == ".json":
         from compiler.manifest.manifest import load_manifest
 
-        return dict(load_manifest(spec)["config"])
+        return Spec.model_validate(load_manifest(spec)["config"])
     from compiler.pipeline import compile_spec
 
     result = compile_spec(spec, list(overrides))
     manifest: dict[str, Any] = result.manifest()  # raises the compile's diagnostics
-    return dict(manifest["config"])
+    return Spec.model_validate(manifest["config"])
 
 
 @click.group("data")

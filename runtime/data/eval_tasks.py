@@ -8,12 +8,19 @@ verifiers; any other name is refused with the list of known ones, never skipped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from contract.spec.data import DataSection
 from runtime.data.records import Prompt
-from runtime.data.tasks import DataError, _default_path, load_task, load_tasks, read_jsonl
+from runtime.data.tasks import (
+    DataError,
+    _default_path,
+    load_task,
+    load_tasks,
+    read_jsonl,
+    task_entries,
+)
 
 # olmo-eval name (before any "::suffix") -> our task
 EVAL_TASK_ALIASES: dict[str, str] = {
@@ -98,20 +105,15 @@ def load_eval_set(name: str, path: str | Path) -> list[Prompt]:
     return out
 
 
-def held_out_prompts(data: Mapping[str, Any]) -> list[Prompt]:
+def held_out_prompts(data: DataSection) -> list[Prompt]:
     """The shared-evaluation pool: each task's held-out split plus the ``[data] eval`` sets."""
-    seed = int(data.get("seed", 17) if data.get("seed") is not None else 17)
-    entries = [dict(t) for t in data.get("tasks") or []]
-    default_wrapper = data.get("prompt_wrapper")
-    for e in entries:
-        if e.get("prompt_wrapper") is None and default_wrapper is not None:
-            e["prompt_wrapper"] = default_wrapper
+    entries = task_entries(data)
     out: list[Prompt] = []
     if entries and any(e.get("eval_count") for e in entries):
-        _train, ev, _parts = load_tasks(entries, seed)
+        _train, ev, _parts = load_tasks(entries, data.seed)
         out.extend(ev)
-    for es in data.get("eval") or []:
-        out.extend(load_eval_set(str(es["name"]), str(es["path"])))
+    for es in data.eval:
+        out.extend(load_eval_set(es.name, es.path))
     return out
 
 

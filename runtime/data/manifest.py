@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract.spec.data import DataSection
+from contract.spec.rewards import RewardsSection
+from contract.spec.root import Spec
+from contract.tasks import verifier_settings
 from runtime.data.records import Prompt
 from runtime.data.render import LengthReport, check_prompt_lengths
-from runtime.data.tasks import load_tasks
+from runtime.data.tasks import load_tasks, task_entries
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "data-manifest.json"
@@ -75,8 +79,9 @@ def _jsonl(prompts: Sequence[Prompt]) -> bytes:
     return "".join(canonical_json(p.to_json()) for p in prompts).encode()
 
 
-def verifier_registry(names: Sequence[str], rewards: Mapping[str, Any]) -> dict[str, Any]:
-    """name -> {factory, config} for every verifier the prompts use."""
+def verifier_registry(names: Sequence[str], rewards: RewardsSection) -> dict[str, Any]:
+    """name -> {factory, config} for every verifier the prompts use (``config``: its typed
+    ``[rewards.*]`` settings, `contract.tasks.verifier_settings`, written out)."""
     from runtime.rewards.base import UnknownVerifier, verifier_class
 
     out: dict[str, Any] = {}
@@ -86,8 +91,11 @@ def verifier_registry(names: Sequence[str], rewards: Mapping[str, Any]) -> dict[
             factory: str | None = f"{cls.__module__}.{cls.__qualname__}"
         except UnknownVerifier:
             factory = None  # registered by a component not installed here; checked at run time
-        cfg = rewards.get(name)
-        out[name] = {"factory": factory, "config": dict(cfg) if isinstance(cfg, Mapping) else {}}
+        settings = verifier_settings(rewards, name)
+        out[name] = {
+            "factory": factory,
+            "config": {} if settings is None else settings.model_dump(),
+        }
     return out
 
 
@@ -102,41 +110,30 @@ class PrepareResult:
 
 
 def prepare_data(
-    config: Mapping[str, Any],
+    spec: Spec,
     out_dir: Path | None = None,
     *,
     tokenizer: Any = None,
     on_overflow: str = "error",
 ) -> PrepareResult:
-    """Load every task of a resolved config and write the immutable prepared data.
+    """Load every task of a resolved spec and write the immutable prepared data.
 
     With a tokenizer, prompts are checked against ``inference.max_prompt_length``:
     ``on_overflow="error"`` refuses over-long prompts (listing them), ``"drop"`` drops them
     and records their ids in the manifest.
     """
-    data = dict(config.get("data") or {})
-    tasks = data.get("tasks")
-    if not tasks:
+    data = spec.data
+    if not data.tasks:
         raise DataManifestError("data.tasks is empty: nothing to prepare")
-    seed = int(data.get("seed", 17))
-    shuffle = bool(data.get("shuffle", True))
-    if out_dir is None:
-        root = (config.get("output") or {}).get("root")
-        if not root:
-            raise DataManifestError("output.root is not set")
-        out_dir = Path(root) / PREPARED_SUBDIR
-    out_dir = Path(out_dir)
-    default_wrapper = data.get("prompt_wrapper")
-    entries = [dict(e) for e in tasks]
-    for e in entries:
-        if e.get("prompt_wrapper") is None and default_wrapper is not None:
-            e["prompt_wrapper"] = default_wrapper
+    seed, shuffle = data.seed, data.shuffle
+    out_dir = Path(spec.output.root) / PREPARED_SUBDIR if out_dir is None else Path(out_dir)
+    entries = task_entries(data)
     train, ev, parts = load_tasks(entries, seed)
 
     report: LengthReport | None = None
     dropped: list[str] = []
     if tokenizer is not None:
-        budget = (config.get("inference") or {}).get("max_prompt_length")
+        budget = spec.inference.max_prompt_length
         if budget:
             mode = "drop" if on_overflow == "drop" else "error"
             train, report = check_prompt_lengths(train, tokenizer, int(budget), mode)  # type: ignore[arg-type]
@@ -146,8 +143,7 @@ def prepare_data(
             report.max_length = max(report.max_length, ev_report.max_length)
             dropped = list(report.over_ids)
 
-    rewards = dict(config.get("rewards") or {})
-    registry = verifier_registry([p.verifier for p in train + ev], rewards)
+    registry = verifier_registry([p.verifier for p in train + ev], spec.rewards)
     files: dict[str, Any] = {}
     for name, payload in (
         ("train", _jsonl(train)),
@@ -184,7 +180,7 @@ def prepare_data(
         "tasks": task_rows,
         "files": files,
         "verifiers": sorted(registry),
-        "failure_policy": rewards.get("failure_policy", "zero"),
+        "failure_policy": spec.rewards.failure_policy,
         "dropped_over_length": dropped,
     }
     body["digest"] = _digest(body)
@@ -292,36 +288,31 @@ def _check_verifiers(prompts: Sequence[Prompt], registry: Mapping[str, Any], whe
             raise DataManifestError(f"{where}: verifier {name!r} is not available here") from None
 
 
-def load_prompts(config: Mapping[str, Any]) -> tuple[list[Prompt], list[Prompt]]:
+def load_prompts(data: DataSection) -> tuple[list[Prompt], list[Prompt]]:
     """Train and eval prompts for a run: the prompt pool ``[data]`` selects.
 
     ``data.manifest`` (verified: digest, sha256s, record counts), ``data.prompt_data`` (a
     prepared JSONL of prompt records with ``data.reward_config``, the verifier registry
     JSON they name), or ``data.tasks`` (loaded and split here).
     """
-    data = config.get("data") or {}
-    if data.get("manifest"):
-        m = verify_data_manifest(data["manifest"])
+    if data.manifest:
+        m = verify_data_manifest(data.manifest)
         train = m.prompts("train")
         _check_verifiers(train, m.verifier_registry(), str(m.path))
         return train, m.prompts("eval")
-    if data.get("prompt_data"):
-        path = Path(str(data["prompt_data"]))
+    if data.prompt_data:
+        path = Path(data.prompt_data)
         train = _read_prompts(path, "data.prompt_data")
-        reg_path = data.get("reward_config")
+        reg_path = data.reward_config
         if not reg_path:
             raise DataManifestError("data.prompt_data needs data.reward_config")
         try:
-            registry = json.loads(Path(str(reg_path)).read_text(encoding="utf-8"))
+            registry = json.loads(Path(reg_path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise DataManifestError(f"data.reward_config {reg_path}: {exc}") from None
         if not isinstance(registry, dict):
             raise DataManifestError(f"data.reward_config {reg_path} must be a JSON object")
         _check_verifiers(train, registry, str(path))
         return train, []
-    entries = [dict(e) for e in data.get("tasks") or []]
-    for e in entries:
-        if e.get("prompt_wrapper") is None and data.get("prompt_wrapper") is not None:
-            e["prompt_wrapper"] = data["prompt_wrapper"]
-    train, ev, _ = load_tasks(entries, int(data.get("seed", 17)))
+    train, ev, _ = load_tasks(task_entries(data), data.seed)
     return train, ev

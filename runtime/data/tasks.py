@@ -16,18 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.spec.data import DataSection
+from contract.tasks import TASK_NAMES, TaskName
 from runtime.data.records import Prompt
 from runtime.data.wrappers import resolve_wrapper, wrap
 
-TASKS: tuple[str, ...] = (
-    "gsm8k",
-    "math",
-    "ifeval",
-    "code",
-    "multiplication",
-    "arithmetic",
-    "addition",
-)
+TASKS: tuple[str, ...] = TASK_NAMES  # declared once, in the contract
 
 
 class DataError(ValueError):
@@ -473,7 +467,7 @@ def load_addition(entry: Mapping[str, Any], seed: int) -> TaskData:
     return _two_operand_task(entry, seed, "addition", "+", "+", lambda a, b: a + b)
 
 
-LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
+LOADERS: dict[TaskName, Callable[[Mapping[str, Any], int], TaskData]] = {
     "gsm8k": load_gsm8k,
     "math": load_math,
     "ifeval": load_ifeval,
@@ -484,12 +478,21 @@ LOADERS: dict[str, Callable[[Mapping[str, Any], int], TaskData]] = {
 }
 
 
+def task_entries(data: DataSection) -> list[dict[str, Any]]:
+    """The ``[data] tasks`` entries as the loaders take them, each with its prompt wrapper
+    (the compiler fills it from ``data.prompt_wrapper``; a hand-built section may not)."""
+    return [
+        {**t.model_dump(), "prompt_wrapper": t.prompt_wrapper or data.prompt_wrapper}
+        for t in data.tasks or []
+    ]
+
+
 def load_task(entry: Mapping[str, Any], seed: int) -> TaskData:
     """Load one ``[data] tasks`` entry."""
     task = entry.get("task")
     if task not in LOADERS:
         raise DataError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    return LOADERS[str(task)](entry, seed)
+    return LOADERS[task](entry, seed)
 
 
 def load_tasks(

@@ -11,8 +11,10 @@ and ``runtime.engines.sglang``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal, Protocol
+
+from contract.spec.evaluation import EvaluationSection
+from contract.spec.inference import InferenceSection
 
 
 class EngineBackend(Protocol):
@@ -41,11 +43,11 @@ class EngineBackend(Protocol):
         """Environment of one engine process (its GPUs, the server's own switches)."""
         ...
 
-    def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
+    def ranks_per_engine(self, inference: InferenceSection) -> int:
         """Ranks one engine holds in a distributed weight-update group."""
         ...
 
-    def eval_server_args(self, evaluation: Mapping[str, Any]) -> list[str]:
+    def eval_server_args(self, evaluation: EvaluationSection) -> list[str]:
         """Extra server flags of an evaluator engine (``evaluation.server_args``)."""
         ...
 

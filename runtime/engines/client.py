@@ -22,7 +22,8 @@ from typing import Any
 
 import httpx
 
-from runtime.config import ClientSettings
+from contract.defaults import default_of
+from contract.spec.runtime import RuntimeSection
 
 RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
@@ -33,6 +34,35 @@ class EngineFailure(RuntimeError):
 
 class EngineRequestError(EngineFailure):
     """The engine rejected the request (4xx): retrying the same request cannot help."""
+
+
+def _spec(name: str) -> Any:
+    return field(default=default_of(RuntimeSection, name))
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """The engine connection. The first five are ``[runtime]`` fields (their defaults are
+    the spec's, `contract.defaults`); the rest are this client's own."""
+
+    health_timeout_s: float = _spec("health_timeout_s")
+    generate_timeout_s: float = _spec("generate_timeout_s")
+    http_retries: int = _spec("http_retries")
+    retry_backoff_s: float = _spec("retry_backoff_s")
+    group_retries: int = _spec("group_retries")
+    max_backoff_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    max_connections: int = 256
+
+    @classmethod
+    def from_contract(cls, runtime: RuntimeSection) -> ClientSettings:
+        return cls(
+            health_timeout_s=runtime.health_timeout_s,
+            generate_timeout_s=runtime.generate_timeout_s,
+            http_retries=runtime.http_retries,
+            retry_backoff_s=runtime.retry_backoff_s,
+            group_retries=runtime.group_retries,
+        )
 
 
 @dataclass

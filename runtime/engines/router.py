@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from contract.spec.inference import InferenceSection
 from runtime.failure import cause_from_log, describe_exit, shown_path
 
 from .process import ServerProcess, ServerStartError
@@ -44,22 +45,14 @@ class RouterSettings:
             raise ValueError(f"router policy {self.policy!r} not in {POLICIES}")
 
     @classmethod
-    def from_config(cls, inference: dict[str, Any]) -> RouterSettings:
-        """Build from the manifest's ``config.inference`` section (``router_*`` fields)."""
-        kw: dict[str, Any] = {}
-        mapping = {
-            "router_policy": "policy",
-            "router_cache_threshold": "cache_threshold",
-            "router_balance_abs_threshold": "balance_abs_threshold",
-            "router_balance_rel_threshold": "balance_rel_threshold",
-            "router_eviction_interval_secs": "eviction_interval_secs",
-            "router_max_tree_size": "max_tree_size",
-            "router_request_timeout_secs": "request_timeout_secs",
-        }
-        for src, dst in mapping.items():
-            if inference.get(src) is not None:
-                kw[dst] = inference[src]
-        return cls(**kw)
+    def from_contract(cls, inference: InferenceSection) -> RouterSettings:
+        """The manifest's ``config.inference`` router fields; the rest keep the router's."""
+        return cls(
+            policy=inference.router_policy,
+            cache_threshold=inference.router_cache_threshold,
+            balance_abs_threshold=inference.router_balance_abs_threshold,
+            balance_rel_threshold=inference.router_balance_rel_threshold,
+        )
 
 
 def router_argv(

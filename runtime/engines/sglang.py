@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from contract.spec.evaluation import EvaluationSection
+from contract.spec.inference import InferenceSection
 
 from .process import ServerProcess, ServerStartError, start_server
 
@@ -135,11 +138,11 @@ class SGLangBackend:
 
         return {**DEFAULT_ENV, **({} if engine is None else engine_env(engine))}
 
-    def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
-        return int(inference.get("tensor_parallel") or 1)
+    def ranks_per_engine(self, inference: InferenceSection) -> int:
+        return inference.tensor_parallel
 
-    def eval_server_args(self, evaluation: Mapping[str, Any]) -> list[str]:
-        return [str(a) for a in evaluation.get("server_args") or []]
+    def eval_server_args(self, evaluation: EvaluationSection) -> list[str]:
+        return list(evaluation.server_args)
 
 
 SGLANG = SGLangBackend()

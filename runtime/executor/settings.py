@@ -1,32 +1,42 @@
 """The code executor's settings (``config.rewards.code``): one typed object.
 
-`runtime.config.from_manifest` builds it once from the manifest; the ``code`` verifier
-(`runtime.rewards.code.CodeVerifier`) sends its limits and network flag with every request
-and keeps ``concurrency`` requests in flight, and the executor service takes the rest: the
-local one the verifier starts (`runtime.executor.client.LocalExecutor`) gets the sandbox
-mode, ``network`` and ``allow_unsandboxed`` on its command line, and the service's limits
-for a request that names none (`runtime.executor.sandbox.Limits`) are these defaults. The
-defaults are the spec's (``[rewards.code]``); no other module keeps its own.
+The run builds it from the contract's ``rewards.code`` (`from_contract`); the ``code``
+verifier (`runtime.rewards.code.CodeVerifier`) sends its limits and network flag with every
+request and keeps ``concurrency`` requests in flight, and the executor service takes the
+rest: the local one the verifier starts (`runtime.executor.client.LocalExecutor`) gets the
+sandbox mode, ``network`` and ``allow_unsandboxed`` on its command line, and the service's
+limits for a request that names none (`runtime.executor.sandbox.Limits`) are these
+defaults. The spec fields' defaults are read from the contract (`contract.defaults`); no
+other module keeps its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from contract.defaults import default_of
+from contract.spec.rewards import CodeReward
+
 ISOLATIONS = ("auto", "namespaces", "userns", "none")
+# The fields that are ``[rewards.code]`` fields (the rest are the local executor's own).
+SPEC_FIELDS = tuple(CodeReward.model_fields)
+
+
+def _spec(name: str) -> Any:
+    return field(default=default_of(CodeReward, name))
 
 
 @dataclass(frozen=True)
 class ExecutorSettings:
-    endpoint: str | None = None  # an external executor's URL; None: start the local one
-    time_limit_s: float = 10.0  # wall-clock and CPU seconds per test run
-    memory_limit_mb: int = 1024
-    max_processes: int = 16
-    network: bool = False  # programs may use the network (the local executor allows it)
-    allow_unsandboxed: bool = False  # the local executor may fall back to rlimits only
-    concurrency: int = 8  # requests in flight
+    endpoint: str | None = _spec("endpoint")  # an external executor; None: start one here
+    time_limit_s: float = _spec("time_limit_s")  # wall-clock and CPU seconds per test run
+    memory_limit_mb: int = _spec("memory_limit_mb")
+    max_processes: int = _spec("max_processes")
+    network: bool = _spec("network")  # programs may use the network
+    allow_unsandboxed: bool = _spec("allow_unsandboxed")  # may fall back to rlimits only
+    concurrency: int = _spec("concurrency")  # requests in flight
     # Not spec fields; for tools and tests that start a local executor themselves.
     isolation: str = "auto"  # the local executor's sandbox mode (ISOLATIONS)
     workers: int = 2  # the local executor's concurrent sandboxed processes
@@ -37,6 +47,11 @@ class ExecutorSettings:
             raise ValueError(f"isolation must be one of {ISOLATIONS}, got {self.isolation!r}")
         if self.concurrency < 1 or self.workers < 1:
             raise ValueError("concurrency and workers must be at least 1")
+
+    @classmethod
+    def from_contract(cls, code: CodeReward) -> ExecutorSettings:
+        """The run's settings: every spec field from the contract."""
+        return cls(**{name: getattr(code, name) for name in SPEC_FIELDS})
 
     @classmethod
     def from_config(cls, code: Mapping[str, Any]) -> ExecutorSettings:

@@ -129,11 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--resume", choices=["auto", "never", "required"], default=None)
     args = ap.parse_args(argv)
-    from runtime.config import ConfigError, from_manifest
-    from runtime.manifest import ManifestError, load_verified_manifest
+    from runtime.config import ConfigError, RunConfig
+    from runtime.manifest import ManifestError, load
 
     try:
-        cfg = from_manifest(load_verified_manifest(args.manifest))
+        cfg = RunConfig.from_contract(load(args.manifest))
     except (ManifestError, ConfigError) as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
 
 FailurePolicy = Literal["zero", "fail"]
 FAILURE_POLICIES: tuple[str, ...] = ("zero", "fail")
@@ -57,15 +59,33 @@ class UnknownVerifier(KeyError):
 class Verifier(abc.ABC):
     """Base class of all verifiers.
 
-    Subclasses set ``name`` (by `register`), take their ``[rewards.<name>]`` settings as a
-    mapping in ``__init__`` and implement `score`. Verifiers that can run items
-    concurrently (code executor, judges) override `score_batch`.
+    Subclasses set ``name`` (by `register`) and implement `score`. A verifier with
+    ``[rewards.*]`` settings names their contract type in ``settings_type``
+    (`contract.tasks.VERIFIER_SETTINGS` says which table, by verifier name) and reads them,
+    typed and with the spec's defaults, from ``self.settings_model``; the run hands that
+    model in directly. A mapping (a prepared data set's verifier registry, a test, a
+    benchmark) is validated into it; its other keys are the verifier's own knobs, in
+    ``self.config``. Verifiers that can run items concurrently (code executor, judges)
+    override `score_batch`.
     """
 
     name: str = ""
+    settings_type: ClassVar[type[BaseModel] | None] = None
 
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
-        self.config: Mapping[str, Any] = dict(config or {})
+    def __init__(self, config: Mapping[str, Any] | BaseModel | None = None) -> None:
+        if isinstance(config, BaseModel):
+            if self.settings_type is None or not isinstance(config, self.settings_type):
+                raise TypeError(f"verifier {self.name!r} does not take {type(config).__name__}")
+            self.settings_model: BaseModel | None = config
+            self.config: Mapping[str, Any] = {}
+            return
+        self.config = dict(config or {})
+        self.settings_model = None
+        if self.settings_type is not None:
+            known = self.settings_type.model_fields
+            self.settings_model = self.settings_type.model_validate(
+                {k: v for k, v in self.config.items() if k in known}
+            )
 
     @abc.abstractmethod
     def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
@@ -155,8 +175,9 @@ def verifier_class(name: str) -> type[Verifier]:
         ) from None
 
 
-def get_verifier(name: str, config: Mapping[str, Any] | None = None) -> Verifier:
-    """Instantiate the verifier registered as ``name`` with its settings mapping."""
+def get_verifier(name: str, config: Mapping[str, Any] | BaseModel | None = None) -> Verifier:
+    """Instantiate the verifier registered as ``name`` with its settings (typed or a
+    mapping, see `Verifier`)."""
     return verifier_class(name)(config or {})
 
 

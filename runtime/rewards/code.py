@@ -1,7 +1,7 @@
 """Code-execution rewards: run the response's code against tests in the executor service.
 
 Spec settings (``[rewards.code]``, as compiled into the manifest) are one
-`runtime.executor.settings.ExecutorSettings` (built once by `runtime.config.from_manifest`
+`runtime.executor.settings.ExecutorSettings` (built once by `runtime.config.RunConfig.executor`
 and handed over by `RunVerifiers`, or built here from the settings mapping): ``endpoint``
 (an external executor's URL; unset: start the in-package executor as a local subprocess on
 first use), the per-run limits ``time_limit_s``, ``memory_limit_mb``, ``max_processes``,
@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from contract.spec.rewards import CodeReward
 from runtime.executor.client import LocalExecutor, run_request
 from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import (
@@ -137,14 +138,20 @@ def humaneval_target(record: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
 class CodeVerifier(Verifier):
     """Scores code by running it in the sandboxed executor service."""
 
+    settings_type = CodeReward
+
     def __init__(
-        self, config: Mapping[str, Any] | None = None, settings: ExecutorSettings | None = None
+        self,
+        config: Mapping[str, Any] | CodeReward | None = None,
+        settings: ExecutorSettings | None = None,
     ) -> None:
         super().__init__(config)
         cfg = self.config
         self.scoring = str(cfg.get("scoring", "all_or_nothing"))
         if self.scoring not in SCORINGS:
             raise ValueError(f"rewards.code.scoring must be one of {SCORINGS}")
+        if settings is None and isinstance(config, CodeReward):
+            settings = ExecutorSettings.from_contract(config)
         self.settings = settings or ExecutorSettings.from_config(cfg)
         self.concurrency = self.settings.concurrency
         self.timeout_s = float(cfg.get("timeout_s", 120.0))

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from contract.spec.rewards import IfevalReward
 from runtime.rewards.base import RewardResult, Verifier, register
 from runtime.rewards.ifeval_text import (
     count_capital_words,
@@ -303,17 +304,14 @@ def check_all(
 
 @register("ifeval")
 class IFEvalVerifier(Verifier):
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+    settings_type = IfevalReward
+
+    def __init__(self, config: Mapping[str, Any] | IfevalReward | None = None) -> None:
         super().__init__(config)
-        default_mode = "strict" if self.config.get("strict", True) else "loose"
-        self.mode = str(self.config.get("mode", default_mode))
-        self.aggregate = str(self.config.get("aggregate", "fraction"))
-        if self.mode not in ("strict", "loose"):
-            raise ValueError(f"rewards.ifeval.mode must be strict or loose, got {self.mode!r}")
-        if self.aggregate not in ("fraction", "all"):
-            raise ValueError(
-                f"rewards.ifeval.aggregate must be fraction or all, got {self.aggregate!r}"
-            )
+        settings = self.settings_model
+        assert isinstance(settings, IfevalReward)
+        self.mode = "strict" if settings.strict else "loose"
+        self.aggregate = settings.aggregate
 
     def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
         if not isinstance(target, Mapping) or "instruction_id_list" not in target:

@@ -12,6 +12,10 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
+from contract.spec.rewards import RewardsSection
+from contract.tasks import verifier_settings
 from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import Verifier, get_verifier
 
@@ -22,20 +26,25 @@ class BindingLike(Protocol):
 
 class RunVerifiers:
     """``verifiers(name)`` -> the verifier for ``name``, created once; ``close()`` them all.
-    ``executor``: the run's code executor settings (`RunConfig.executor`), given to the
-    ``code`` verifier as they are."""
+
+    A built-in verifier gets its typed ``[rewards.*]`` settings, chosen by name
+    (`contract.tasks.verifier_settings`); ``overrides`` (an evaluation task's ``scoring``
+    table) are laid over them. ``executor``: the run's code executor settings
+    (`RunConfig.executor`), given to the ``code`` verifier as they are."""
 
     def __init__(
         self,
-        rewards: Mapping[str, Any],
+        rewards: RewardsSection,
         bindings: Mapping[str, BindingLike],
         failure_policy: str = "zero",
         executor: ExecutorSettings | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
-        self.rewards = dict(rewards)
+        self.rewards = rewards
         self.bindings = dict(bindings)
         self.failure_policy = failure_policy
         self.executor = executor
+        self.overrides = dict(overrides or {})
         self._made: dict[str, Verifier] = {}
         self._lock = threading.Lock()
 
@@ -50,11 +59,15 @@ class RunVerifiers:
         if binding is not None:
             # the judge applies the policy itself; "fail" must still reach the loop
             return get_verifier("judge", binding.verifier_settings(self.failure_policy))
+        settings: BaseModel | dict[str, Any] | None = verifier_settings(self.rewards, name)
+        if self.overrides:
+            base = {} if settings is None else settings.model_dump()
+            settings = {**base, **self.overrides}
         if name == "code" and self.executor is not None:
             from runtime.rewards.code import CodeVerifier
 
-            return CodeVerifier(self.rewards.get(name), settings=self.executor)
-        return get_verifier(name, self.rewards.get(name))
+            return CodeVerifier(settings, settings=self.executor)  # type: ignore[arg-type]
+        return get_verifier(name, settings)
 
     def close(self) -> None:
         with self._lock:

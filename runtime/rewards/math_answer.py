@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from contract.spec.rewards import MathReward
 from runtime.rewards.base import RewardResult, Verifier, register
 from runtime.rewards.math_normalize import (
     Structure,
@@ -129,17 +130,18 @@ def _no_sympy(a: str, b: str) -> bool | None:
 
 @register("math")
 class MathVerifier(Verifier):
-    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
+    settings_type = MathReward
+
+    def __init__(self, config: Mapping[str, Any] | MathReward | None = None) -> None:
         super().__init__(config)
+        settings = self.settings_model
+        assert isinstance(settings, MathReward)
+        # not spec fields: the comparer's tolerance; in-process sympy (tests, benchmarks)
         self.rel_tol = float(self.config.get("rel_tol", 1e-8))
-        self.timeout_s = float(self.config.get("timeout_s", 5.0))
+        self.timeout_s = settings.timeout_s
         self._worker: Any = None
         self._sympy_eq: SympyEq
-        self.equivalence = str(self.config.get("equivalence", "sympy"))
-        if self.equivalence not in ("sympy", "string"):
-            raise ValueError(
-                f"rewards.math.equivalence must be sympy or string, got {self.equivalence!r}"
-            )
+        self.equivalence = settings.equivalence
         if self.equivalence == "string":
             self._sympy_eq = _no_sympy
         elif self.config.get("use_worker", True):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.checkpoints.identity import resume_key
-from runtime.config import RunConfig
+from runtime.config import RunConfig, required
 from runtime.engines.backend import backend_for
 from runtime.failure import shown_path
 from runtime.metrics import MetricsWriter, ProgressView
@@ -34,10 +34,9 @@ if TYPE_CHECKING:
 
 
 def sampling_seed(cfg: RunConfig) -> int:
-    """The seed of every rollout and evaluation sample (``inference.seed``; the trainer's
-    ``runtime.seed`` where a manifest has none)."""
-    seed = cfg.inference.raw.get("seed")
-    return int(cfg.runtime.seed if seed is None else seed)
+    """The seed of every rollout and evaluation sample (``inference.seed``, derived from
+    ``data.seed`` like the trainer's ``runtime.seed``)."""
+    return int(required(cfg.inference.seed, "inference.seed"))
 
 
 def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
@@ -48,7 +47,7 @@ def _make_data(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
     from runtime.data.sampler import PromptSampler
     from runtime.rewards.judge_binding import attach_prompt_text
 
-    train, _eval = load_prompts(cfg.config)
+    train, _eval = load_prompts(cfg.data)
     attach_prompt_text(train, cfg.judge_bindings)
     sampler = PromptSampler(train, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
     return sampler, {p.id: p for p in train}
@@ -79,7 +78,7 @@ def _make_evaluator(
     from runtime.rollout.evaluation import EvalSampling
     from runtime.rollout.evaluators import SharedEvaluator
 
-    prompts = held_out_prompts(cfg.config.get("data") or {})
+    prompts = held_out_prompts(cfg.data)
     if not prompts:
         return None
     attach_prompt_text(prompts, cfg.judge_bindings)
@@ -129,11 +128,11 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
         raise RuntimeError("background evaluation needs the manifest path (RunConfig)")
     submitter: BeakerSubmitter | LocalSubmitter
     if submit_target() == "beaker":
-        from runtime.manifest import load_verified_manifest, manifest_signature
+        from runtime.manifest import document, manifest_signature
 
         submitter = BeakerSubmitter(
-            load_verified_manifest(cfg.manifest_path),
-            cfg.evaluation.submit_timeout_s,
+            document(cfg.manifest_path),
+            cfg.evaluation.submit_timeout,
             manifest_signature(cfg.manifest_path),
         )
     else:
@@ -218,18 +217,21 @@ def _make_trainer(
 
         torch.set_num_threads(1)
 
-    manifest = {"config": cfg.config, "plan": {"placement": cfg.placement.raw}}
     log_dir = cfg.paths.root / "logs" / "trainer-ranks"
     return TrainerAdapter(
         lead_trainer(
-            manifest, cfg.manifest_path or "", log_dir, leader_host=leader_host, announce=announce
+            cfg.contract,
+            cfg.manifest_path or "",
+            log_dir,
+            leader_host=leader_host,
+            announce=announce,
         )
     )
 
 
 def submission_granularity(cfg: RunConfig) -> str:
     """``async.submission_granularity``: "group" (one request with ``n``) or "sample"."""
-    return str((cfg.config.get("async") or {}).get("submission_granularity") or "group")
+    return cfg.async_.submission_granularity
 
 
 def _make_generator(
@@ -261,9 +263,14 @@ def _make_generator(
     import itertools
     from concurrent.futures import ThreadPoolExecutor
 
-    from runtime.engines.client import EngineClient, EngineFailure, EngineRequestError
+    from runtime.engines.client import (
+        ClientSettings,
+        EngineClient,
+        EngineFailure,
+        EngineRequestError,
+    )
 
-    client = EngineClient(url, cfg.runtime.client)
+    client = EngineClient(url, ClientSettings.from_contract(cfg.runtime))
     clients: dict[str, EngineClient] = {url: client}
     turn = itertools.count()
     retries = client.settings.group_retries
@@ -274,7 +281,7 @@ def _make_generator(
             return url, client
         target = replay_urls[next(turn) % len(replay_urls)]
         if target not in clients:
-            clients[target] = EngineClient(target, cfg.runtime.client)
+            clients[target] = EngineClient(target, client.settings)
         return target, clients[target]
 
     def request(payload: dict[str, Any], n: int, what: str) -> list[dict[str, Any]]:
@@ -358,15 +365,14 @@ def rollout_concurrency(cfg: RunConfig) -> int:
     Never more than one collection's prompts, at least one group.
     """
     inf = cfg.inference
-    server_concurrency = int(inf.raw.get("server_concurrency") or inf.max_running_requests)
-    slots = min(server_concurrency, inf.max_running_requests) * len(cfg.placement.engines)
+    slots = min(inf.server_concurrency, inf.max_running_requests) * len(cfg.placement.engines)
     if submission_granularity(cfg) == "sample":
         slots = max(1, slots // inf.samples_per_prompt)
     groups = min(inf.prompts_per_collection, slots)
     if cfg.async_.enabled:
-        producer_budget = (cfg.config.get("async") or {}).get("producer_budget")
+        producer_budget = cfg.async_.producer_budget
         if producer_budget:
-            groups = min(max(1, int(producer_budget) // inf.samples_per_prompt), slots)
+            groups = min(max(1, producer_budget // inf.samples_per_prompt), slots)
     return max(1, groups)
 
 
@@ -416,7 +422,7 @@ def _make_saver(cfg: RunConfig, trainer: TrainerAdapter) -> Callable[[LoopState]
             state.collection,
             extra=_loop_state_dict(state, cfg),
             digest=cfg.digest,
-            resume_key=resume_key(cfg.config),
+            resume_key=resume_key(cfg.config_document),
         )
         return time.monotonic() - t0
 
@@ -435,7 +441,7 @@ def _try_resume(
     if mode == "never":
         return None
     data = trainer.inner.restore_checkpoint(
-        _manager(cfg), expect_digest=cfg.digest, expect_resume_key=resume_key(cfg.config)
+        _manager(cfg), expect_digest=cfg.digest, expect_resume_key=resume_key(cfg.config_document)
     )
     if data is None:
         if mode == "required":
@@ -488,12 +494,12 @@ def _distributed_publisher(runner: Node, model: Any) -> Any:
     bind_host = "0.0.0.0" if runner.ident.count > 1 else "127.0.0.1"
     return DistributedPublisher(
         runner.engine_urls,
-        cfg.runtime.publication.timeout_s,
+        cfg.runtime.publish_timeout_s,
         master_address=runner.ident.address,
         master_port=free_port(bind_host),
         bind_host=bind_host,
         backend="nccl" if cfg.trainer.device == "cuda" else "gloo",
-        ranks_per_engine=backend.ranks_per_engine(cfg.inference.raw),
+        ranks_per_engine=backend.ranks_per_engine(cfg.inference),
         dtype=_serving_dtype(cfg),
         convert=_hf_names(model) if backend.hf_weight_names else None,
     )
@@ -520,7 +526,7 @@ def train(runner: Node) -> dict[str, Any]:
     runner.on_close.append(trainer.close)  # also on failure: the other ranks must go
     runner.rank_pids = getattr(trainer.inner, "rank_pids", None)  # their heartbeats
     tokenizer = trainer.tokenizer
-    transport = cfg.runtime.publication.transport
+    transport = cfg.runtime.publication_transport
     backend = backend_for(cfg.inference.engine)
     if transport == "distributed":
         publisher: Any = _distributed_publisher(runner, trainer.inner.model)
@@ -530,7 +536,7 @@ def train(runner: Node) -> dict[str, Any]:
         publisher = make_publisher(
             transport,
             runner.engine_urls,
-            cfg.runtime.publication.timeout_s,
+            cfg.runtime.publish_timeout_s,
             cfg.paths.engine_weights,
         )
         if transport == "disk" and backend.snapshot_format == "hf":
@@ -544,12 +550,12 @@ def train(runner: Node) -> dict[str, Any]:
     if mode == "refresh":
         from runtime.publication.refresh import RefreshPublisher
 
-        publisher = RefreshPublisher(publisher, cfg.runtime.publication.timeout_s)
+        publisher = RefreshPublisher(publisher, cfg.runtime.publish_timeout_s)
     elif mode == "engine_drain":
         from runtime.publication.drain import EngineDrainPublisher
 
         router = runner.gen_url if runner.gen_url not in runner.engine_urls else None
-        publisher = EngineDrainPublisher(publisher, router, cfg.runtime.publication.timeout_s)
+        publisher = EngineDrainPublisher(publisher, router, cfg.runtime.publish_timeout_s)
     runner.publisher = publisher
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
@@ -577,7 +583,7 @@ def train(runner: Node) -> dict[str, Any]:
             audit(
                 state_checksum(served),
                 runner.engine_urls,
-                cfg.runtime.publication.timeout_s,
+                cfg.runtime.publish_timeout_s,
                 state=by_name,
                 logprobs=_logprob_fn(trainer) if by_name is not None else None,
             )
@@ -595,7 +601,7 @@ def train(runner: Node) -> dict[str, Any]:
         startup.write(cfg.paths.root)
 
     verifier_for = RunVerifiers(
-        cfg.rewards, cfg.judge_bindings, cfg.failure_policy, executor=cfg.executor
+        cfg.rewards, cfg.judge_bindings, cfg.rewards.failure_policy, executor=cfg.executor
     )
 
     check_lock = threading.Lock()
@@ -612,7 +618,7 @@ def train(runner: Node) -> dict[str, Any]:
             cfg,
             runner.gen_url,
             check_engines,
-            replay_urls=runner.engine_urls if cfg.config["trainer"].get("router_replay") else None,
+            replay_urls=runner.engine_urls if cfg.trainer.router_replay else None,
         ),
         lambda p: render_ids(p, tokenizer),
         verifier_for,
@@ -623,9 +629,9 @@ def train(runner: Node) -> dict[str, Any]:
             normalize_std=cfg.optimizer.normalize_std,
             filter_zero_std=cfg.training.filter_zero_std_groups,
             max_refill_rounds=cfg.training.max_refill_rounds,
-            failure_policy=cfg.failure_policy,
+            failure_policy=cfg.rewards.failure_policy,
             concurrency=rollout_concurrency(cfg),
-            shaping=Shaping.from_config(cfg.config.get("rewards") or {}),
+            shaping=Shaping.from_contract(cfg.rewards),
             token_versions=mode != "barrier",
         ),
         episodes=episodes,
@@ -641,8 +647,10 @@ def train(runner: Node) -> dict[str, Any]:
     )
     save = _make_saver(cfg, trainer) if _checkpointing(cfg) else None
     total = cfg.training.num_rollouts
-    tracker = WandbSink.from_config(cfg.config.get("tracking") or {}).start(
-        cfg.paths.root / "wandb", cfg.config, run_id=cfg.digest.removeprefix("sha256:")[:16]
+    tracker = WandbSink.from_contract(cfg.tracking).start(
+        cfg.paths.root / "wandb",
+        cfg.config_document,
+        run_id=cfg.digest.removeprefix("sha256:")[:16],
     )
     teacher = _make_teacher(cfg, runner)
     with ProgressView(
@@ -675,7 +683,7 @@ def train(runner: Node) -> dict[str, Any]:
                 tracker.finish()
     if runner.stop:
         log(f"stopped after collection {state.collection}: {runner.stop.reason}")
-    exported = not runner.stop and (cfg.export_hf or cfg.checkpoint.export_hf_final)
+    exported = not runner.stop and (cfg.output.export_hf or cfg.checkpoint.export_hf_final)
     if exported:
         trainer.export_hf(cfg.paths.export_hf)
     verifier_for.close()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runtime.config import RunConfig
+from runtime.config import RunConfig, required
 from runtime.metrics import MetricsWriter, ProgressView
 from runtime.publication.disk import PublicationError
 from runtime.rollout.buffer import BufferClosed, GroupBuffer
@@ -195,7 +195,7 @@ class GRPOLoop:
         stay within ``scoring_check_tolerance``.
         """
         opt = self.cfg.optimizer
-        steps = opt.steps_per_collection
+        steps = required(opt.steps_per_collection, "optimizer.steps_per_collection")
         if not samples:
             return {}, None, 0.0
         distill: dict[str, Any] = {}
@@ -203,9 +203,8 @@ class GRPOLoop:
             t0 = time.monotonic()
             distill = dict(self.teacher.score(samples))
             distill["time/teacher_s"] = time.monotonic() - t0
-        raw = opt.raw
-        anchor_rollout = bool(raw.get("use_rollout_logprobs", False))
-        scoring_pass = bool(raw.get("scoring_pass", steps > 1 or opt.kl_coef > 0))
+        anchor_rollout = opt.use_rollout_logprobs
+        scoring_pass = bool(required(opt.scoring_pass, "optimizer.scoring_pass"))
         check = not anchor_rollout and not scoring_pass and steps == 1 and self._scoring_check_due()
         mm: float | None = None
         logprob_s = 0.0
@@ -227,7 +226,7 @@ class GRPOLoop:
             out.append(dict(self.trainer.train_step(samples[i : i + per]) or {}))
         merged = _merge_train_metrics(out)
         if check:
-            self._check_scoring_skip(merged, float(raw.get("scoring_check_tolerance", 1e-3)))
+            self._check_scoring_skip(merged, opt.scoring_check_tolerance)
         if mm is None:
             mm = merged.get("train/logprob_abs_diff")
             self._limit_mismatch(mm)
@@ -236,7 +235,7 @@ class GRPOLoop:
 
     def _scoring_check_due(self) -> bool:
         """First update of this process, then every ``scoring_check_interval`` (0: never)."""
-        every = int(self.cfg.optimizer.raw.get("scoring_check_interval", 50))
+        every = self.cfg.optimizer.scoring_check_interval
         if self._updates == 0:
             return True
         return every > 0 and self._updates % every == 0
@@ -410,8 +409,8 @@ class GRPOLoop:
         a = self.cfg.async_
         P = self.cfg.inference.prompts_per_collection
         buf = GroupBuffer(
-            capacity=P * a.buffer_factor,
-            max_policy_lag=a.max_policy_lag,
+            capacity=self.cfg.plan.async_.completed_buffer_groups,
+            max_policy_lag=self.cfg.plan.async_.max_policy_lag,
             handler=a.unused_sample_handler,
             on_retry=lambda g: self._requeue(g.prompt),
             on_drop=lambda g: self._settle([g]),
@@ -430,7 +429,7 @@ class GRPOLoop:
                 groups = buf.take(
                     P,
                     self.state.policy_version,
-                    timeout=self.cfg.runtime.client.generate_timeout_s * 4,
+                    timeout=self.cfg.runtime.generate_timeout_s * 4,
                 )
                 t1 = time.monotonic()
                 self._settle(groups)
@@ -490,7 +489,7 @@ class GRPOLoop:
         finally:
             halt.set()
             buf.close()
-            producer.join(timeout=self.cfg.runtime.client.generate_timeout_s)
+            producer.join(timeout=self.cfg.runtime.generate_timeout_s)
 
     def _requeue(self, prompt: Any) -> None:
         with self._sampler_lock:
@@ -505,7 +504,7 @@ class GRPOLoop:
     # ---- driver --------------------------------------------------------------------------
     def _dump_rollouts(self, c: int, groups: Sequence[Group]) -> None:
         """Write a deterministic ``output.rollout_sample_rate`` share of samples for inspection."""
-        rate = self.cfg.rollout_sample_rate
+        rate = self.cfg.output.rollout_sample_rate
         if rate <= 0 or not groups:
             return
         import json

@@ -9,29 +9,32 @@ baseline (they were sampled from the same policy).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from contract.defaults import default_of
+from contract.spec.rewards import LengthPenalty, RewardsSection
 from runtime.rollout.types import Group
 
 
 @dataclass(frozen=True)
 class Shaping:
-    length_penalty: bool = False
-    target_tokens: int = 1024
-    coef: float = 0.001
-    exclude_truncated: bool = False
+    """``[rewards]`` shaping terms (defaults are the spec's, `contract.defaults`)."""
+
+    length_penalty: bool = default_of(LengthPenalty, "enabled")
+    target_tokens: int = default_of(LengthPenalty, "target_tokens")
+    coef: float = default_of(LengthPenalty, "coef")
+    exclude_truncated: bool = default_of(RewardsSection, "exclude_truncated")
 
     @classmethod
-    def from_config(cls, rewards: Mapping[str, Any]) -> Shaping:
-        """From the manifest's ``config.rewards`` table."""
-        lp = rewards.get("length_penalty") or {}
+    def from_contract(cls, rewards: RewardsSection) -> Shaping:
+        """From the manifest's ``config.rewards`` section."""
+        lp = rewards.length_penalty
         return cls(
-            length_penalty=bool(lp.get("enabled", False)),
-            target_tokens=int(lp.get("target_tokens", 1024)),
-            coef=float(lp.get("coef", 0.001)),
-            exclude_truncated=bool(rewards.get("exclude_truncated", False)),
+            length_penalty=lp.enabled,
+            target_tokens=lp.target_tokens,
+            coef=lp.coef,
+            exclude_truncated=rewards.exclude_truncated,
         )
 
     def penalty(self, response_tokens: int) -> float:

@@ -20,12 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runtime.failure import cause_from_log, shown_path
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import PContext
+
+    from contract.run import RunContract
 
     from .trainer import Trainer
 
@@ -171,7 +173,7 @@ def start_ranks(
 
 
 def lead_trainer(
-    manifest: dict[str, Any],
+    contract: RunContract,
     manifest_path: str | Path,
     log_dir: str | Path,
     *,
@@ -187,7 +189,7 @@ def lead_trainer(
     from .distributed import Rendezvous
     from .trainer import Trainer, TrainerConfig
 
-    cfg = TrainerConfig.from_manifest(manifest)
+    cfg = TrainerConfig.from_contract(contract)
     if cfg.world_size == 1:
         return Trainer(cfg)
     nodes = max(cfg.nodes, 1)
@@ -220,17 +222,17 @@ def lead_trainer(
 
 def follow(manifest_path: str) -> int:
     """A follower rank: build the same trainer, then run what rank 0 announces."""
-    from runtime.manifest import ManifestError, load_verified_manifest
+    from runtime.manifest import ManifestError, load
 
     from .trainer import Trainer, TrainerConfig
 
     try:
-        manifest = load_verified_manifest(manifest_path)
+        contract = load(manifest_path)
     except ManifestError as exc:
         print(f"rlc: error: {exc}", file=sys.stderr)
         return 2
     _injected_failure("startup")
-    cfg = TrainerConfig.from_manifest(manifest)
+    cfg = TrainerConfig.from_contract(contract)
     if os.environ.get(FAIL_AT) == "loaded":  # after joining, before the first collective
         from .distributed import init_distributed
 

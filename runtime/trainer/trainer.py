@@ -28,6 +28,9 @@ import torch
 import torch.distributed as dist
 from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 
+from contract.run import RunContract
+from contract.spec.root import Spec
+from runtime.config import required
 from runtime.models import LoadedModel, load_model, state_checksum
 from runtime.models.attention import set_attention_backend
 
@@ -112,66 +115,62 @@ class TrainerConfig:
     startup_timeout_s: float = 1800.0
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any]) -> TrainerConfig:
-        """Build from a loaded manifest (``compiler.manifest.manifest.load_manifest``) ``config``."""
-        c = manifest.get("config", manifest)
-        model, trainer = c.get("model", {}), c.get("trainer", {})
-        opt, asy, training = c.get("optimizer", {}), c.get("async", {}), c.get("training", {})
-        runtime = c.get("runtime", {})
-        steps_per = int(opt.get("steps_per_collection", 1) or 1)
-        seed = runtime.get("seed", c.get("data", {}).get("seed", 0))
-        return cls(
-            model_source=str(model.get("source", "builtin:tiny")),
-            seed=int(seed if seed is not None else 0),
-            device=str(trainer.get("device", "cpu")),
-            lr=float(opt.get("lr", 1e-6)),
-            schedule=str(opt.get("schedule", "constant")),
-            warmup_steps=int(opt.get("warmup_steps", 0) or 0),
-            min_lr_ratio=_min_lr_ratio(opt),
-            total_steps=int(training.get("num_rollouts", 100)) * steps_per,
-            weight_decay=float(opt.get("weight_decay", 0.0)),
-            adam_beta1=float(opt.get("adam_beta1", 0.9)),
-            adam_beta2=float(opt.get("adam_beta2", 0.95)),
-            adam_eps=float(opt.get("adam_eps", 1e-8)),
-            clip_grad=opt.get("clip_grad", 1.0),
+    def from_contract(cls, run: RunContract) -> TrainerConfig:
+        """The trainer of a compiled run: every field from the contract (none is left to
+        the defaults above, which serve direct construction in tests and benchmarks)."""
+        c = run.config
+        model, trainer, opt, asy = c.model, c.trainer, c.optimizer, c.async_
+        ctx = c.inference.max_context_length
+        kw: dict[str, Any] = dict(
+            model_source=model.source,
+            seed=required(c.runtime.seed, "runtime.seed"),
+            device=required(trainer.device, "trainer.device"),
+            lr=opt.lr,
+            schedule=opt.schedule,
+            warmup_steps=opt.warmup_steps,
+            min_lr_ratio=_min_lr_ratio(opt.lr, opt.min_lr),
+            total_steps=run.plan.batch.total_optimizer_steps,
+            weight_decay=opt.weight_decay,
+            adam_beta1=opt.adam_beta1,
+            adam_beta2=opt.adam_beta2,
+            adam_eps=opt.adam_eps,
+            clip_grad=opt.clip_grad,
             grpo=GRPOConfig(
-                eps_clip=float(opt.get("eps_clip", 0.2)),
-                eps_clip_high=float(opt.get("eps_clip_high", 0.28)),
-                kl_coef=float(opt.get("kl_coef", 0.0)),
-                kl_estimator=str(opt.get("kl_estimator", "k3")),
-                entropy_coef=float(opt.get("entropy_coef", 0.0)),
-                off_policy_correction=str(asy.get("off_policy_correction", "none"))
-                if asy.get("enabled", False)
+                eps_clip=opt.eps_clip,
+                eps_clip_high=opt.eps_clip_high,
+                kl_coef=opt.kl_coef,
+                kl_estimator=opt.kl_estimator,
+                entropy_coef=opt.entropy_coef,
+                off_policy_correction=(asy.off_policy_correction or "none")
+                if asy.enabled
                 else "none",
-                tis_clip=float(asy.get("tis_clip", 2.0)),
+                tis_clip=asy.tis_clip,
             ),
-            sequence_packing=bool(trainer.get("sequence_packing", True)),
-            packing_max_tokens=trainer.get("packing_max_tokens")
-            or c.get("inference", {}).get("max_context_length"),
-            activation_recompute=bool(trainer.get("activation_recompute", False)),
-            router_aux_loss_coef=trainer.get("router_aux_loss_coef"),
-            router_z_loss_coef=trainer.get("router_z_loss_coef"),
-            router_aux_loss_reduction=str(trainer.get("router_aux_loss_reduction", "token")),
-            router_z_loss_reduction=str(trainer.get("router_z_loss_reduction", "token")),
-            router_replay=bool(trainer.get("router_replay", False)),
-            expert_parallel=int(trainer.get("expert_parallel", 1) or 1),
-            architecture=model.get("architecture"),
-            fp32_lm_head=bool(trainer.get("fp32_lm_head", False)),
-            hf_template=model.get("hf_template"),
-            chat_template=model.get("chat_template"),
-            row_specialization=str(trainer.get("row_specialization") or "dynamic"),
-            world_size=trainer_world_size(manifest),
-            nodes=int(trainer.get("nodes", 1) or 1),
-            max_row_tokens=max(
-                int(trainer.get("packing_max_tokens") or 0),
-                int(c.get("inference", {}).get("max_context_length") or 0),
-            )
-            or None,
-            attention_backend=trainer.get("attention_backend"),
-            startup_timeout_s=float(runtime.get("startup_timeout_s") or 1800.0),
-            bf16_autocast=_compute_bf16(model.get("dtype")),
+            sequence_packing=trainer.sequence_packing,
+            packing_max_tokens=trainer.packing_max_tokens or ctx,
+            activation_recompute=trainer.activation_recompute,
+            bf16_autocast=_compute_bf16(model.dtype),
+            router_aux_loss_coef=trainer.router_aux_loss_coef,
+            router_z_loss_coef=trainer.router_z_loss_coef,
+            router_aux_loss_reduction=trainer.router_aux_loss_reduction,
+            router_z_loss_reduction=trainer.router_z_loss_reduction,
+            router_replay=trainer.router_replay,
+            expert_parallel=trainer.expert_parallel,
+            architecture=model.architecture,
+            hf_template=model.hf_template,
+            chat_template=model.chat_template,
+            fp32_lm_head=trainer.fp32_lm_head,
+            row_specialization=trainer.row_specialization,
+            world_size=run.plan.placement.trainer.world_size,
+            nodes=trainer.nodes,
+            max_row_tokens=max(trainer.packing_max_tokens or 0, ctx),
+            attention_backend=trainer.attention_backend,
+            startup_timeout_s=float(
+                required(c.runtime.startup_timeout_s, "runtime.startup_timeout_s")
+            ),
             distill=_distill_config(c),
         )
+        return cls(**kw)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -180,16 +179,12 @@ class TrainerConfig:
         return out
 
 
-def _distill_config(c: dict[str, Any]) -> DistillConfig | None:
-    """The distillation loss of an ``opd`` manifest (None for GRPO)."""
-    if (c.get("training") or {}).get("algorithm") != "opd":
+def _distill_config(c: Spec) -> DistillConfig | None:
+    """The distillation loss of an ``opd`` run (None for GRPO)."""
+    if c.training.algorithm != "opd":
         return None
-    d = c.get("distillation") or {}
-    return DistillConfig(
-        loss=str(d.get("loss") or "reverse_kl"),
-        coef=float(d.get("coef", 1.0)),
-        reward_weight=float(d.get("reward_weight", 0.0)),
-    )
+    d = c.distillation
+    return DistillConfig(loss=d.loss, coef=d.coef, reward_weight=d.reward_weight)
 
 
 def _fp32_lm_head(model: torch.nn.Module) -> None:
@@ -220,20 +215,11 @@ def _compute_bf16(dtype: Any) -> bool | None:
     return dtype == "bfloat16"
 
 
-def _min_lr_ratio(opt: dict[str, Any]) -> float:
+def _min_lr_ratio(lr: float, min_lr: float) -> float:
     """``optimizer.min_lr`` as a fraction of the peak LR (the schedules' floor)."""
-    lr = float(opt.get("lr", 1e-6))
-    min_lr = float(opt.get("min_lr", 0.0) or 0.0)
     if min_lr > lr:
         raise ValueError(f"optimizer.min_lr ({min_lr:g}) exceeds optimizer.lr ({lr:g})")
     return min_lr / lr if lr > 0 else 0.0
-
-
-def trainer_world_size(manifest: dict[str, Any]) -> int:
-    """The compiled trainer world (``plan.placement.trainer.world_size``), 1 when absent."""
-    plan = manifest.get("plan") or {}
-    trainer = (plan.get("placement") or {}).get("trainer") or {}
-    return int(trainer.get("world_size") or 1)
 
 
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts

@@ -198,10 +198,14 @@ def test_the_backend_is_chosen_once_from_inference_engine() -> None:
     assert sglang.env(on_gpus)["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
     assert (embedded.snapshot_format, sglang.snapshot_format) == ("native", "hf")
     assert (embedded.checksum_audit, sglang.checksum_audit) == (True, False)
-    assert sglang.ranks_per_engine({"tensor_parallel": 2}) == 2
-    assert embedded.ranks_per_engine({"tensor_parallel": 2}) == 1
-    assert sglang.eval_server_args({"server_args": ["--x"]}) == ["--x"]
-    assert embedded.eval_server_args({"server_args": ["--x"]}) == []
+    from contract.spec.evaluation import EvaluationSection
+    from contract.spec.inference import InferenceSection
+
+    tp2, extra = InferenceSection(tensor_parallel=2), EvaluationSection(server_args=["--x"])
+    assert sglang.ranks_per_engine(tp2) == 2
+    assert embedded.ranks_per_engine(tp2) == 1
+    assert sglang.eval_server_args(extra) == ["--x"]
+    assert embedded.eval_server_args(extra) == []
     with pytest.raises(ValueError):
         backend_for("vllm")
 

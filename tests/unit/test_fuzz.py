@@ -225,8 +225,8 @@ def test_forged_manifests_never_run_edited_derived_fields(
     and whatever it accepts runs exactly the compiled command lines, paths and plan."""
     import copy
 
-    from contract.canonical import CanonicalError, canonical_bytes, digest_of
     from compiler.manifest.trust import check_manifest
+    from contract.canonical import CanonicalError, canonical_bytes, digest_of
 
     forged = copy.deepcopy(MANIFEST)
     node: Any = forged

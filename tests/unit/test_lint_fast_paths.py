@@ -12,9 +12,9 @@ import fastjsonschema
 import pytest
 
 from compiler.manifest import schema_check
-from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.lint import lint_manifest
 from compiler.manifest.lint_schema import fast_check, schema_errors, validator
+from contract.canonical import canonical_bytes, digest_of
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import DiagnosticError
-from contract.canonical import CanonicalError, canonical_bytes, digest_of
 from compiler.manifest.manifest import load_manifest, manifest_bytes, write_manifest
 from compiler.pipeline import compile_spec
+from contract.canonical import CanonicalError, canonical_bytes, digest_of
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = "specs/examples/quickstart.toml"

@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.diagnostics import DiagnosticError
-from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.trust import (
     check_manifest,
     load_trusted,
@@ -25,6 +24,7 @@ from compiler.manifest.trust import (
     signature_path,
 )
 from compiler.pipeline import compile_spec
+from contract.canonical import canonical_bytes, digest_of
 from rlc_cli.main import cli as rlc
 
 ROOT = Path(__file__).resolve().parents[2]

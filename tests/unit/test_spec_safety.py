@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from compiler.diagnostics import render_all
-from contract.canonical import canonical_bytes, digest_of
 from compiler.manifest.explain import explain_manifest_field
 from compiler.pipeline import compile_spec
 from compiler.spec.secrets import credential_reason
+from contract.canonical import canonical_bytes, digest_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """schema_version = 1

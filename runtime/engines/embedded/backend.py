@@ -8,10 +8,11 @@ for it: ``--random-seed``, ``--init-seed``, ``--max-total-tokens`` and, on a GPU
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contract.spec.evaluation import EvaluationSection
+from contract.spec.inference import InferenceSection
 from runtime.placement import engine_env
 
 
@@ -26,10 +27,10 @@ class EmbeddedBackend:
         """The plan's GPUs of the engine (none without a placement: an evaluator's)."""
         return {} if engine is None else engine_env(engine)
 
-    def ranks_per_engine(self, inference: Mapping[str, Any]) -> int:
+    def ranks_per_engine(self, inference: InferenceSection) -> int:
         return 1  # TP1 only (rule embedded-engine-gpu-tp)
 
-    def eval_server_args(self, evaluation: Mapping[str, Any]) -> list[str]:
+    def eval_server_args(self, evaluation: EvaluationSection) -> list[str]:
         return []  # evaluation.server_args are SGLang flags (background evaluators)
 
 
