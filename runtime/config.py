@@ -10,6 +10,7 @@ from their section (``from_contract``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -209,6 +210,9 @@ class RunConfig:
     def from_contract(
         cls, contract: RunContract, manifest_path: str | Path | None = None
     ) -> RunConfig:
+        algorithm = contract.config.training.algorithm
+        if algorithm != "grpo":  # the rules refuse it too; never run something else
+            raise ConfigError(f"training.algorithm = {algorithm!r} is not implemented here")
         return cls(
             contract=contract,
             paths=Paths.from_contract(contract.paths),
@@ -318,8 +322,10 @@ class RunConfig:
     def samples_per_collection(self) -> int:
         return self.plan.batch.samples_per_collection
 
-    @property
+    @cached_property
     def executor(self) -> ExecutorSettings:
+        """The code executor's settings, built once (the verifier and the local service
+        share the object)."""
         from runtime.executor.settings import ExecutorSettings
 
         return ExecutorSettings.from_contract(self.rewards.code)

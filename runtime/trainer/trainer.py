@@ -118,59 +118,7 @@ class TrainerConfig:
     def from_contract(cls, run: RunContract) -> TrainerConfig:
         """The trainer of a compiled run: every field from the contract (none is left to
         the defaults above, which serve direct construction in tests and benchmarks)."""
-        c = run.config
-        model, trainer, opt, asy = c.model, c.trainer, c.optimizer, c.async_
-        ctx = c.inference.max_context_length
-        kw: dict[str, Any] = dict(
-            model_source=model.source,
-            seed=required(c.runtime.seed, "runtime.seed"),
-            device=required(trainer.device, "trainer.device"),
-            lr=opt.lr,
-            schedule=opt.schedule,
-            warmup_steps=opt.warmup_steps,
-            min_lr_ratio=_min_lr_ratio(opt.lr, opt.min_lr),
-            total_steps=run.plan.batch.total_optimizer_steps,
-            weight_decay=opt.weight_decay,
-            adam_beta1=opt.adam_beta1,
-            adam_beta2=opt.adam_beta2,
-            adam_eps=opt.adam_eps,
-            clip_grad=opt.clip_grad,
-            grpo=GRPOConfig(
-                eps_clip=opt.eps_clip,
-                eps_clip_high=opt.eps_clip_high,
-                kl_coef=opt.kl_coef,
-                kl_estimator=opt.kl_estimator,
-                entropy_coef=opt.entropy_coef,
-                off_policy_correction=(asy.off_policy_correction or "none")
-                if asy.enabled
-                else "none",
-                tis_clip=asy.tis_clip,
-            ),
-            sequence_packing=trainer.sequence_packing,
-            packing_max_tokens=trainer.packing_max_tokens or ctx,
-            activation_recompute=trainer.activation_recompute,
-            bf16_autocast=_compute_bf16(model.dtype),
-            router_aux_loss_coef=trainer.router_aux_loss_coef,
-            router_z_loss_coef=trainer.router_z_loss_coef,
-            router_aux_loss_reduction=trainer.router_aux_loss_reduction,
-            router_z_loss_reduction=trainer.router_z_loss_reduction,
-            router_replay=trainer.router_replay,
-            expert_parallel=trainer.expert_parallel,
-            architecture=model.architecture,
-            hf_template=model.hf_template,
-            chat_template=model.chat_template,
-            fp32_lm_head=trainer.fp32_lm_head,
-            row_specialization=trainer.row_specialization,
-            world_size=run.plan.placement.trainer.world_size,
-            nodes=trainer.nodes,
-            max_row_tokens=max(trainer.packing_max_tokens or 0, ctx),
-            attention_backend=trainer.attention_backend,
-            startup_timeout_s=float(
-                required(c.runtime.startup_timeout_s, "runtime.startup_timeout_s")
-            ),
-            distill=_distill_config(c),
-        )
-        return cls(**kw)
+        return cls(**contract_settings(run))
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -179,12 +127,57 @@ class TrainerConfig:
         return out
 
 
-def _distill_config(c: Spec) -> DistillConfig | None:
-    """The distillation loss of an ``opd`` run (None for GRPO)."""
-    if c.training.algorithm != "opd":
-        return None
-    d = c.distillation
-    return DistillConfig(loss=d.loss, coef=d.coef, reward_weight=d.reward_weight)
+def contract_settings(run: RunContract) -> dict[str, Any]:
+    """Every `TrainerConfig` field, from the contract (tests/unit/test_runtime_config.py
+    checks that none is missing)."""
+    c = run.config
+    model, trainer, opt, asy = c.model, c.trainer, c.optimizer, c.async_
+    ctx = c.inference.max_context_length
+    kw: dict[str, Any] = dict(
+        model_source=model.source,
+        seed=required(c.runtime.seed, "runtime.seed"),
+        device=required(trainer.device, "trainer.device"),
+        lr=opt.lr,
+        schedule=opt.schedule,
+        warmup_steps=opt.warmup_steps,
+        min_lr_ratio=_min_lr_ratio(opt.lr, opt.min_lr),
+        total_steps=run.plan.batch.total_optimizer_steps,
+        weight_decay=opt.weight_decay,
+        adam_beta1=opt.adam_beta1,
+        adam_beta2=opt.adam_beta2,
+        adam_eps=opt.adam_eps,
+        clip_grad=opt.clip_grad,
+        grpo=GRPOConfig(
+            eps_clip=opt.eps_clip,
+            eps_clip_high=opt.eps_clip_high,
+            kl_coef=opt.kl_coef,
+            kl_estimator=opt.kl_estimator,
+            entropy_coef=opt.entropy_coef,
+            off_policy_correction=(asy.off_policy_correction or "none") if asy.enabled else "none",
+            tis_clip=asy.tis_clip,
+        ),
+        sequence_packing=trainer.sequence_packing,
+        packing_max_tokens=trainer.packing_max_tokens or ctx,
+        activation_recompute=trainer.activation_recompute,
+        bf16_autocast=_compute_bf16(model.dtype),
+        router_aux_loss_coef=trainer.router_aux_loss_coef,
+        router_z_loss_coef=trainer.router_z_loss_coef,
+        router_aux_loss_reduction=trainer.router_aux_loss_reduction,
+        router_z_loss_reduction=trainer.router_z_loss_reduction,
+        router_replay=trainer.router_replay,
+        expert_parallel=trainer.expert_parallel,
+        architecture=model.architecture,
+        hf_template=model.hf_template,
+        chat_template=model.chat_template,
+        fp32_lm_head=trainer.fp32_lm_head,
+        row_specialization=trainer.row_specialization,
+        world_size=run.plan.placement.trainer.world_size,
+        nodes=trainer.nodes,
+        max_row_tokens=max(trainer.packing_max_tokens or 0, ctx),
+        attention_backend=trainer.attention_backend,
+        startup_timeout_s=float(required(c.runtime.startup_timeout_s, "runtime.startup_timeout_s")),
+    )
+    return kw
 
 
 def _fp32_lm_head(model: torch.nn.Module) -> None:

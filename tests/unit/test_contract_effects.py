@@ -9,8 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+from compiled_run import compile_manifest, contract, run_config
 
-from runtime.config import ConfigError, from_manifest
+from contract.run import parse
+from contract.spec.compiler_cache import CompilerCacheSection
+from contract.spec.data import DataSection
+from contract.spec.rewards import RewardsSection
+from contract.spec.tracking import TrackingSection
+from runtime.config import ConfigError, RunConfig
 from runtime.data.manifest import DataManifestError, load_prompts
 from runtime.data.records import Prompt
 from runtime.data.sampler import PromptSampler
@@ -25,49 +31,45 @@ from runtime.trainer.trainer import Trainer, TrainerConfig
 
 
 def _cfg(tmp_path: Path, **sections: dict[str, Any]) -> Any:
-    config: dict[str, Any] = {
-        "data": {"tasks": [{"task": "t"}], "seed": 1},
-        "training": {"num_rollouts": 3},
-        "inference": {"prompts_per_collection": 2, "samples_per_prompt": 2},
-        "output": {"root": str(tmp_path)},
-    }
-    for k, v in sections.items():
-        config.setdefault(k, {}).update(v)
-    return from_manifest({"name": "t", "digest": "sha256:x", "config": config, "plan": {}})
+    """The runtime's config of a compiled spec with these sections (`compiled_run`)."""
+    return run_config(tmp_path, **sections)
 
 
 # ---- guards: never run something else ------------------------------------------------------
 @pytest.mark.parametrize(
-    ("section", "values", "why"),
+    ("algorithm", "why"),
     [
-        ("training", {"algorithm": "ppo"}, "not 'grpo' or 'opd'"),
+        ("ppo", "training.algorithm"),  # not the spec's type: refused as the manifest is read
         # distillation without a placed teacher never falls back to plain GRPO
-        ("training", {"algorithm": "opd"}, "places no teacher"),
+        ("opd", "places no teacher"),
     ],
 )
 def test_unhonoured_values_are_refused_before_anything_starts(
-    tmp_path: Path, section: str, values: dict[str, Any], why: str
+    tmp_path: Path, algorithm: str, why: str
 ) -> None:
+    m = compile_manifest(tmp_path)
+    m["config"]["training"]["algorithm"] = algorithm  # edited after compilation
     with pytest.raises(ConfigError, match=why):
-        _cfg(tmp_path, **{section: values})
+        RunConfig.from_contract(parse(m))
 
 
 # ---- optimizer.min_lr ----------------------------------------------------------------------
-def test_min_lr_is_the_floor_of_the_decay() -> None:
-    cfg = TrainerConfig.from_manifest(
-        {
-            "config": {
-                "optimizer": {"lr": 1e-3, "min_lr": 1e-4, "schedule": "cosine"},
-                "training": {"num_rollouts": 10},
-            }
-        }
+def test_min_lr_is_the_floor_of_the_decay(tmp_path: Path) -> None:
+    cfg = TrainerConfig.from_contract(
+        contract(
+            tmp_path,
+            optimizer={"lr": 1e-3, "min_lr": 1e-4, "schedule": "cosine"},
+            training={"num_rollouts": 10},
+        )
     )
     assert cfg.min_lr_ratio == pytest.approx(0.1)
     fn = lr_multiplier(cfg.schedule, warmup_steps=0, total_steps=cfg.total_steps, min_ratio=0.1)
     assert fn(cfg.total_steps) == pytest.approx(0.1)
     assert fn(0) == pytest.approx(1.0)
+    m = compile_manifest(tmp_path)
+    m["config"]["optimizer"].update(lr=1e-4, min_lr=1e-3)
     with pytest.raises(ValueError, match="min_lr"):
-        TrainerConfig.from_manifest({"config": {"optimizer": {"lr": 1e-4, "min_lr": 1e-3}}})
+        TrainerConfig.from_contract(parse(m))
 
 
 # ---- trainer.fp32_lm_head ------------------------------------------------------------------
@@ -98,11 +100,13 @@ def _sample(n: int, finish: str = "stop", reward: float = 1.0) -> Sample:
 
 
 def test_length_penalty_and_truncation_exclusion() -> None:
-    shaping = Shaping.from_config(
-        {
-            "length_penalty": {"enabled": True, "target_tokens": 4, "coef": 0.1},
-            "exclude_truncated": True,
-        }
+    shaping = Shaping.from_contract(
+        RewardsSection.model_validate(
+            {
+                "length_penalty": {"enabled": True, "target_tokens": 4, "coef": 0.1},
+                "exclude_truncated": True,
+            }
+        )
     )
     short, long_, cut = _sample(3), _sample(9), _sample(9, finish="length")
     shaping.apply([Group(prompt=None, samples=[short, long_, cut])])
@@ -112,7 +116,7 @@ def test_length_penalty_and_truncation_exclusion() -> None:
     converted = TrainerAdapter._convert([short, cut])
     assert converted[0].loss_mask is None
     assert converted[1].loss_mask == [0] * 9
-    off = Shaping.from_config({})
+    off = Shaping.from_contract(RewardsSection())
     s = _sample(5000, finish="length")
     off.apply([Group(prompt=None, samples=[s])])
     assert s.reward == 1.0 and s.trained
@@ -255,13 +259,14 @@ def test_prompt_data_pool_with_its_verifier_registry(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps(p.to_json()) + "\n" for p in prompts))
     reg = tmp_path / "verifiers.json"
     reg.write_text(json.dumps({"arithmetic": {"factory": None, "config": {}}}))
-    train, ev = load_prompts({"data": {"prompt_data": str(data), "reward_config": str(reg)}})
+    pool = DataSection(prompt_data=str(data), reward_config=str(reg))
+    train, ev = load_prompts(pool)
     assert [p.id for p in train] == ["q0", "q1", "q2"] and ev == []
     reg.write_text(json.dumps({"math": {}}))
     with pytest.raises(DataManifestError, match="'arithmetic' is not in the verifier registry"):
-        load_prompts({"data": {"prompt_data": str(data), "reward_config": str(reg)}})
+        load_prompts(pool)
     cfg = _cfg(tmp_path, data={"tasks": None, "prompt_data": str(data), "reward_config": str(reg)})
-    assert cfg.data.tasks == ()  # a prompt_data run is a valid config
+    assert cfg.data.tasks is None  # a prompt_data run is a valid config
 
 
 # ---- [compiler_cache] ------------------------------------------------------------------------
@@ -314,13 +319,13 @@ def test_compiler_cache_env_of_the_beaker_job(tmp_path: Path, monkeypatch: Any) 
     env = _cache_env({"enabled": True, "shared_root": shared})
     assert _cache_env({"enabled": False, "shared_root": shared}) == {}
     monkeypatch.setenv("RLC_COMPILER_CACHE_DIR", str(tmp_path / "local"))
-    cache = CompilerCache.from_config({"shared_root": shared}, env=env)
+    cache = CompilerCache.from_contract(CompilerCacheSection(shared_root=shared), env=env)
     session = CacheSession(cache)  # private caches under the job's node-local directory
     assert session.base.parent == tmp_path / "local"
     assert session.env_for("trainer")["TRITON_CACHE_DIR"].startswith(str(tmp_path / "local"))
     session.close(publish=False)
     with pytest.raises(CompilerCacheError, match="edited after compile"):
-        CompilerCache.from_config({"shared_root": "/elsewhere/tmp-1d"}, env=env)
+        CompilerCache.from_contract(CompilerCacheSection(shared_root="/elsewhere/tmp-1d"), env=env)
 
 
 def test_compiler_cache_restore_off_and_publish_interval(tmp_path: Path) -> None:
@@ -362,14 +367,9 @@ def test_attention_backend_is_the_trainers(tmp_path: Path) -> None:
 
     out = {}
     for backend, cls in (("sdpa", DocMaskedSDPABackend), ("flex", FlexDocAttentionBackend)):
-        cfg = TrainerConfig.from_manifest(
-            {
-                "config": {
-                    "model": {"source": "builtin:tiny"},
-                    "trainer": {"attention_backend": backend},
-                }
-            }
-        )
+        # the rules keep flex to GPU runs; the trainer honours either (from_contract
+        # carries the field, tests/unit/test_runtime_config.py)
+        cfg = TrainerConfig(model_source="builtin:tiny", attention_backend=backend)
         tr = Trainer(cfg)
         kinds = {type(m) for m in tr.model.modules() if "Backend" in type(m).__name__}
         assert kinds == {cls}, kinds
@@ -383,15 +383,15 @@ def test_wandb_offline_run_is_written_next_to_metrics(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     from runtime.tracking import WandbSink
 
-    sink = WandbSink.from_config(
-        {
-            "wandb_mode": "offline",
-            "wandb_project": "p",
-            "wandb_run_name": "r",
-            "wandb_group": "g",
-            "wandb_team": "team",
-            "log_interval": 2,
-        }
+    sink = WandbSink.from_contract(
+        TrackingSection(
+            wandb_mode="offline",
+            wandb_project="p",
+            wandb_run_name="r",
+            wandb_group="g",
+            wandb_team="team",
+            log_interval=2,
+        )
     )
     run = sink.start(tmp_path / "wandb", {"name": "t"}, run_id="abc123")
     assert run is not None
@@ -405,4 +405,4 @@ def test_wandb_offline_run_is_written_next_to_metrics(tmp_path: Path) -> None:
     run.finish()
     assert logged == [0, 2]  # every log_interval collections
     assert list((tmp_path / "wandb").rglob("run-abc123.wandb"))
-    assert WandbSink.from_config({}).start(tmp_path / "none", {}, "x") is None
+    assert WandbSink.from_contract(TrackingSection()).start(tmp_path / "none", {}, "x") is None

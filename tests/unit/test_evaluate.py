@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import typing
+from pathlib import Path
 from typing import Any
 
 import pytest
+from compiled_run import compile_manifest, run_config
 
+from contract.run import parse
 from contract.spec.judges import Rubric as SpecRubric
-from runtime.config import ConfigError, from_manifest
+from runtime.config import ConfigError
 from runtime.data.eval_tasks import eval_task_kind, known_eval_tasks, load_eval_set
 from runtime.data.records import Prompt
 from runtime.data.tasks import DataError
@@ -19,39 +23,39 @@ from runtime.rollout.evaluation import EvalSampling, evaluate_pool
 from runtime.rollout.evaluators import milestone_due
 
 
-def _manifest(**config: Any) -> dict[str, Any]:
-    return {"config": {"data": {"tasks": [{"task": "arithmetic"}]}, **config}}
-
-
-def test_evaluation_config_is_read_with_defaults_and_tasks() -> None:
-    cfg = from_manifest(
-        _manifest(
-            inference={"max_response_length": 16},
-            evaluation={
-                "mode": "background",
-                "interval": 5,
-                "tasks": [{"task": "gsm8k", "interval": 10, "generation": {"temperature": 0.6}}],
-            },
-            training={"eval_interval": 3, "skip_eval_before_train": False},
-        )
+def test_evaluation_config_is_read_with_defaults_and_tasks(tmp_path: Path) -> None:
+    cfg = run_config(
+        tmp_path,
+        inference={"max_response_length": 16, "max_context_length": 64},
+        evaluation={
+            "mode": "background",
+            "image": "01JAAAAAAAAAAAAAAAAAAAAAAA",
+            "interval": 5,
+            "tasks": [{"task": "gsm8k", "interval": 10, "generation": {"temperature": 0.6}}],
+        },
     )
     ev = cfg.evaluation
     assert (ev.mode, ev.interval, ev.max_response_length, ev.temperature) == (
         "background",
         5,
-        16,
+        16,  # derived from inference.max_response_length
         0.0,
     )
     assert ev.tasks[0].task == "gsm8k" and ev.tasks[0].interval == 10
-    assert cfg.training.eval_interval == 3 and cfg.training.skip_eval_before_train is False
+    assert cfg.training.skip_eval_before_train is True
     assert cfg.paths.eval_dir == cfg.paths.root / "eval"
 
 
-def test_bad_evaluation_config_is_refused() -> None:
+def test_bad_evaluation_config_is_refused(tmp_path: Path) -> None:
+    m = compile_manifest(tmp_path)
+    bad = copy.deepcopy(m)
+    bad["config"]["evaluation"]["mode"] = "sometimes"
     with pytest.raises(ConfigError, match="evaluation.mode"):
-        from_manifest(_manifest(evaluation={"mode": "sometimes"}))
-    with pytest.raises(ConfigError, match="tasks\\[0\\]"):
-        from_manifest(_manifest(evaluation={"tasks": [{"interval": 2}]}))
+        parse(bad)
+    bad = copy.deepcopy(m)
+    bad["config"]["evaluation"]["tasks"] = [{"interval": 2}]
+    with pytest.raises(ConfigError, match="evaluation.tasks.0.task"):
+        parse(bad)
 
 
 def test_milestones() -> None:

@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from compiler.pipeline import compile_spec
+from contract.run import parse
 from contract.spec.rewards import CodeReward
-from runtime.config import from_manifest
+from runtime.config import RunConfig
 from runtime.executor.sandbox import Limits
 from runtime.executor.server import parse_args, settings_from_args
 from runtime.executor.settings import ExecutorSettings
@@ -41,7 +42,7 @@ def test_the_defaults_are_the_spec_defaults() -> None:
 
 
 def test_the_manifest_default_reaches_the_verifier_and_the_service(manifest: dict) -> None:
-    cfg = from_manifest(manifest)
+    cfg = RunConfig.from_contract(parse(manifest))
     assert cfg.executor == ExecutorSettings()  # the quickstart leaves [rewards.code] alone
     verifiers = RunVerifiers(cfg.rewards, {}, executor=cfg.executor)
     code = verifiers("code")
@@ -60,7 +61,7 @@ def test_manifest_values_reach_both(manifest: dict) -> None:
     m["config"]["rewards"]["code"].update(
         concurrency=3, max_processes=5, time_limit_s=2.5, network=True, allow_unsandboxed=True
     )
-    cfg = from_manifest(m)
+    cfg = RunConfig.from_contract(parse(m))
     code = RunVerifiers(cfg.rewards, {}, executor=cfg.executor)("code")
     try:
         assert code.concurrency == 3 and code.network

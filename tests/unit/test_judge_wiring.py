@@ -2,42 +2,41 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from compiled_run import compile_manifest, run_config
 
-from runtime.config import ConfigError, from_manifest
+from contract.run import parse
+from contract.spec.rewards import RewardsSection
+from runtime.config import ConfigError, RunConfig
 from runtime.data.records import Prompt
 from runtime.rewards.base import ScoreItem
 from runtime.rewards.judge import JudgeVerifier
 from runtime.rewards.judge_binding import RunVerifiers, attach_prompt_text
 from runtime.rewards.judge_server import JudgeServer
 
-
-def _manifest(endpoint: str, mode: str = "external", **extra: Any) -> dict[str, Any]:
-    judge: dict[str, Any] = {"mode": mode, "model": "m", "timeout": 7, "max_concurrent_calls": 3}
-    if mode == "external":
-        judge["endpoint"] = endpoint
-    return {
-        "config": {
-            "data": {"tasks": [{"task": "arithmetic"}]},
-            "judges": {"rm": judge},
-            "rubrics": {
-                "q": {
-                    "profile": "open-instruct/general-quality",
-                    "temperature": 0.0,
-                    "max_response_tokens": 32,
-                }
-            },
-            "judging": {"bindings": {"arithmetic": {"judge": "rm", "rubric": "q"}}},
-            "rewards": {"failure_policy": "zero"},
-        },
-        **extra,
-    }
+JUDGING: dict[str, Any] = {
+    "rubrics": {
+        "q": {
+            "profile": "open-instruct/general-quality",
+            "temperature": 0.0,
+            "max_response_tokens": 32,
+        }
+    },
+    "judging": {"bindings": {"arithmetic": {"judge": "rm", "rubric": "q"}}},
+}
 
 
-def test_bindings_are_joined_with_judges_and_rubrics() -> None:
-    cfg = from_manifest(_manifest("http://judge.example:8000/v1"))
+def _cfg(tmp_path: Path, endpoint: str) -> RunConfig:
+    """A compiled run whose ``arithmetic`` prompts an external judge scores."""
+    judge = {"mode": "external", "model": "m", "timeout": 7, "max_concurrent_calls": 3}
+    return run_config(tmp_path, judges={"rm": {**judge, "endpoint": endpoint}}, **JUDGING)
+
+
+def test_bindings_are_joined_with_judges_and_rubrics(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "http://judge.example:8000/v1")
     b = cfg.judge_bindings["arithmetic"]
     assert (b.url, b.model, b.profile, b.timeout_s, b.concurrency, b.max_tokens) == (
         "http://judge.example:8000/v1",
@@ -49,15 +48,28 @@ def test_bindings_are_joined_with_judges_and_rubrics() -> None:
     )
 
 
-def test_managed_judge_is_reached_at_its_placed_port() -> None:
-    plan = {"placement": {"judges": [{"name": "rm", "node": 0, "gpus": [7], "port": 31000}]}}
-    cfg = from_manifest(_manifest("", mode="managed", plan=plan))
+def test_managed_judge_is_reached_at_its_placed_port(tmp_path: Path) -> None:
+    m = compile_manifest(tmp_path)
+    m["config"]["judges"] = {
+        "rm": {
+            "mode": "managed",
+            "model": "m",
+            "revision": "0" * 40,
+            "prepared_dir": "/weka/judges/m",
+        }
+    }
+    m["config"]["judging"] = JUDGING["judging"]
+    m["config"]["rubrics"] = JUDGING["rubrics"]
+    placed = [{"name": "rm", "node": 0, "gpus": [7], "port": 31000}]
+    m["plan"]["placement"]["judges"] = placed
+    cfg = RunConfig.from_contract(parse(m))
     assert cfg.judge_bindings["arithmetic"].url == "http://127.0.0.1:31000"
+    m["plan"]["placement"]["judges"] = []
     with pytest.raises(ConfigError, match="did not place it"):
-        from_manifest(_manifest("", mode="managed"))
+        RunConfig.from_contract(parse(m))
 
 
-def test_a_bound_verifier_scores_through_the_judge_server() -> None:
+def test_a_bound_verifier_scores_through_the_judge_server(tmp_path: Path) -> None:
     prompts: list[Any] = []
 
     def rule(prompt: Any, params: dict[str, Any]) -> str:
@@ -67,8 +79,8 @@ def test_a_bound_verifier_scores_through_the_judge_server() -> None:
         )
 
     with JudgeServer(rule) as srv:
-        cfg = from_manifest(_manifest(srv.url))
-        verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, cfg.failure_policy)
+        cfg = _cfg(tmp_path, srv.url)
+        verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, cfg.rewards.failure_policy)
         v = verifiers("arithmetic")
         assert isinstance(v, JudgeVerifier)
         p = Prompt("a", "arithmetic", [{"role": "user", "content": "2+2="}], "4", "arithmetic")
@@ -83,6 +95,6 @@ def test_a_bound_verifier_scores_through_the_judge_server() -> None:
 
 
 def test_unbound_verifiers_come_from_the_registry() -> None:
-    verifiers = RunVerifiers({}, {}, "zero")
+    verifiers = RunVerifiers(RewardsSection(), {}, "zero")
     assert type(verifiers("arithmetic")).__name__ != "JudgeVerifier"
     verifiers.close()

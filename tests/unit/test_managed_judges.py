@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from compiled_run import compile_manifest
 
-from runtime.config import from_manifest
+from contract.run import parse
+from runtime.config import RunConfig
 from runtime.judges import planned_judges, start_managed_judges
 from runtime.supervisor import Supervisor
 
@@ -21,41 +23,46 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _manifest(tmp_path: Path, port: int) -> dict[str, object]:
-    config = {
-        "data": {"tasks": [{"task": "arithmetic"}]},
-        "output": {"root": str(tmp_path)},
-        "runtime": {"startup_timeout_s": 120},
-        "judges": {
-            "j": {
-                "mode": "managed",
-                "model": "judge-model",
-                "prepared_dir": "builtin:tiny",
-                "max_context_length": 256,
-                "max_concurrent_calls": 4,
-            }
-        },
-        "rubrics": {"r": {"profile": "open-instruct/general-quality"}},
-        "judging": {"bindings": {"quality": {"judge": "j", "rubric": "r"}}},
+def _cfg(tmp_path: Path, port: int, prepared_dir: str = "/weka/judges/tiny") -> RunConfig:
+    """A compiled CPU run with a managed judge placed on ``port`` (managed judges are placed
+    on GPUs by the compiler; here the plan is edited to hold one on this CPU machine)."""
+    m = compile_manifest(tmp_path)
+    m["config"]["judges"] = {
+        "j": {
+            "mode": "managed",
+            "model": "judge-model",
+            "revision": "0" * 40,
+            "prepared_dir": prepared_dir,
+            "max_context_length": 256,
+            "max_concurrent_calls": 4,
+        }
     }
-    plan = {"placement": {"judges": [{"name": "j", "node": 0, "gpus": [], "port": port}]}}
-    return {"name": "t", "digest": "sha256:x", "config": config, "plan": plan}
+    m["config"]["rubrics"] = {"r": {"profile": "open-instruct/general-quality"}}
+    m["config"]["judging"] = {"bindings": {"quality": {"judge": "j", "rubric": "r"}}}
+    m["config"]["runtime"]["startup_timeout_s"] = 120
+    m["plan"]["placement"]["judges"] = [{"name": "j", "node": 0, "gpus": [], "port": port}]
+    return RunConfig.from_contract(parse(m))
 
 
-def test_planned_judge_command_lines() -> None:
-    m = _manifest(Path("/tmp"), 31000)
-    [j] = planned_judges(m["config"], m["plan"])  # type: ignore[arg-type]
+def test_planned_judge_command_lines(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, 31000)
+    [j] = planned_judges(cfg.spec, cfg.placement)
     embedded = j.argv(sglang=False, device="cpu")
     assert "runtime.engines.embedded" in embedded and "--served-model-name" in embedded
     assert embedded[embedded.index("--port") + 1] == "31000"
+    assert embedded[embedded.index("--model-path") + 1] == "/weka/judges/tiny"
     sglang = j.argv(sglang=True, device="cuda")
     assert "sglang.launch_server" in sglang and "judge-model" in sglang
+    assert sglang[sglang.index("--revision") + 1] == "0" * 40
 
 
 @pytest.mark.slow
 def test_runtime_starts_a_managed_judge_that_answers_chat(tmp_path: Path) -> None:
+    from runtime.models import load_model, save_native
+
+    judge_dir = save_native(load_model("builtin:tiny"), tmp_path / "judge")
     port = _free_port()
-    cfg = from_manifest(_manifest(tmp_path, port))
+    cfg = _cfg(tmp_path, port, str(judge_dir.resolve()))
     binding = cfg.judge_bindings["quality"]
     assert binding.url == f"http://127.0.0.1:{port}"
     sup = Supervisor(log_dir=tmp_path / "logs")

@@ -6,8 +6,8 @@ import threading
 from typing import Any
 
 import pytest
+from compiled_run import run_config
 
-from runtime.config import from_manifest
 from runtime.data.records import Prompt
 from runtime.data.sampler import PromptSampler
 from runtime.metrics import MetricsWriter, read_metrics
@@ -73,16 +73,10 @@ class FakePublisher:
 
 
 def _cfg(tmp_path: Any, **sections: dict[str, Any]) -> Any:
-    config: dict[str, Any] = {
-        "data": {"tasks": [{"task": "t"}], "seed": 1},
-        "training": {"num_rollouts": 4},
-        "inference": {"prompts_per_collection": 2, "samples_per_prompt": 2},
-        "checkpoint": {"interval": 2},
-        "output": {"root": str(tmp_path)},
-    }
-    for k, v in sections.items():
-        config.setdefault(k, {}).update(v)
-    return from_manifest({"name": "t", "digest": "sha256:x", "config": config, "plan": {}})
+    defaults = {"training": {"num_rollouts": 4}, "checkpoint": {"interval": 2}}
+    for name, values in defaults.items():
+        sections[name] = {**values, **sections.get(name, {})}
+    return run_config(tmp_path, **sections)
 
 
 def _prompts(n: int = 20) -> list[Prompt]:
@@ -196,6 +190,7 @@ def test_mismatch_limit_fails_clearly(tmp_path: Any) -> None:
         tmp_path / "b",
         runtime={"max_logprob_mismatch": 0.001},
         optimizer={"steps_per_collection": 2},
+        inference={"global_batch_size": 2},
     )
     trainer = FakeTrainer(diff=0.5)
     loop, _, _ = _loop(cfg, trainer)
@@ -205,7 +200,12 @@ def test_mismatch_limit_fails_clearly(tmp_path: Any) -> None:
 
 
 def test_several_steps_split_the_collection(tmp_path: Any) -> None:
-    cfg = _cfg(tmp_path, optimizer={"steps_per_collection": 2}, training={"num_rollouts": 1})
+    cfg = _cfg(
+        tmp_path,
+        optimizer={"steps_per_collection": 2},
+        inference={"global_batch_size": 2},
+        training={"num_rollouts": 1},
+    )
     trainer = FakeTrainer()
     loop, _, _ = _loop(cfg, trainer)
     loop.run()

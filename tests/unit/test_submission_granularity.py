@@ -14,9 +14,9 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("sglang_router")
 pytest.importorskip("olmo_core")
 
+from compiled_run import run_config  # noqa: E402
 from engine_procs import serve_engines  # noqa: E402
 
-from runtime.config import from_manifest  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
 from runtime.engines.router import RouterSettings, start_router  # noqa: E402
 from runtime.rewards.base import RewardResult, Verifier  # noqa: E402
@@ -25,15 +25,13 @@ from runtime.rollout.driver import _make_generator, rollout_concurrency  # noqa:
 
 
 def _cfg(tmp_path: Path, granularity: str, **inference: Any) -> Any:
-    config: dict[str, Any] = {
-        "data": {"tasks": [{"task": "t"}], "seed": 1},
-        "training": {"num_rollouts": 1},
-        "inference": {"prompts_per_collection": 2, "samples_per_prompt": 4, **inference},
-        "output": {"root": str(tmp_path)},
-        "async": {"submission_granularity": granularity},
-        "runtime": {"group_retries": 1, "retry_backoff_s": 0.01, "http_retries": 0},
-    }
-    return from_manifest({"name": "t", "digest": "sha256:x", "config": config, "plan": {}})
+    return run_config(
+        tmp_path / granularity,
+        training={"num_rollouts": 1},
+        inference={"prompts_per_collection": 2, "samples_per_prompt": 4, **inference},
+        runtime={"group_retries": 1, "retry_backoff_s": 0.01, "http_retries": 0},
+        **{"async": {"submission_granularity": granularity}},
+    )
 
 
 @pytest.fixture(scope="module")
