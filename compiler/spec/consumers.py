@@ -23,8 +23,7 @@ runtime: these are plain strings, resolved only by the test and by ``rlc explain
 
 from __future__ import annotations
 
-_CFG = "runtime:runtime.config:from_manifest"
-_TRAINER = "runtime:runtime.trainer.trainer:TrainerConfig.from_manifest"
+_TRAINER = "runtime:runtime.trainer.trainer:contract_settings"
 _DRIVER = "runtime:runtime.rollout.driver:train"
 _ENGINE_ARGV = "argv:compiler.resolve.argv:embedded_engine_argv"
 _SGLANG_ARGV = "argv:compiler.resolve.argv:sglang_engine_argv"
@@ -39,7 +38,7 @@ _ENV = "runtime:runtime.rollout.environment:Environment.from_config"
 CONSUMERS: dict[str, tuple[str, ...]] = {
     # top level
     "schema_version": ("compile:selects the spec schema the document is bound against",),
-    "name": ("runtime:runtime.config:from_manifest", _BEAKER),
+    "name": ("runtime:runtime.evaluate:evaluate", _BEAKER),
     "recipe": ("compile:a named recipe layered under the spec's own values at resolve time",),
     "description": ("compile:free text kept in the manifest for people",),
     # [model]
@@ -63,7 +62,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "data.tasks.[].path": ("runtime:runtime.data.tasks:load_gsm8k",),
     "data.tasks.[].train_count": ("runtime:runtime.data.tasks:_split_rows",),
     "data.tasks.[].eval_count": ("runtime:runtime.data.tasks:_split_rows",),
-    "data.tasks.[].prompt_wrapper": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.tasks.[].prompt_wrapper": ("runtime:runtime.data.tasks:task_entries",),
     "data.tasks.[].weight": ("runtime:runtime.data.sampler:PromptSampler.__init__",),
     "data.tasks.[].digits": ("runtime:runtime.data.tasks:load_multiplication",),
     "data.tasks.[].allow_subtraction": ("runtime:runtime.data.tasks:load_arithmetic",),
@@ -73,11 +72,14 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "data.eval": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
     "data.eval.[].name": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
     "data.eval.[].path": ("runtime:runtime.data.eval_tasks:held_out_prompts",),
-    "data.seed": ("runtime:runtime.data.manifest:load_prompts", _CFG),
+    "data.seed": ("runtime:runtime.data.manifest:load_prompts",),
     "data.shuffle": ("runtime:runtime.rollout.driver:_make_data",),
-    "data.prompt_wrapper": ("runtime:runtime.data.manifest:load_prompts",),
+    "data.prompt_wrapper": ("runtime:runtime.data.tasks:task_entries",),
     # [output]
-    "output.root": ("runtime:runtime.config:_paths",),
+    "output.root": (
+        "runtime:runtime.data.manifest:prepare_data",
+        "compile:derives manifest.paths, where the runtime writes (runtime.config.Paths)",
+    ),
     "output.allow_outside": ("rule:output-root-outside",),
     "output.export_hf": (_DRIVER,),
     "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
@@ -105,11 +107,13 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         _RENDER,
         "compile:derives runtime.startup_timeout_s, the runtime's bound on coordinated starts",
     ),
-    "launch.coordination.heartbeat_timeout": ("runtime:runtime.config:from_manifest",),
+    "launch.coordination.heartbeat_timeout": (
+        "runtime:runtime.execute:NodeRunner.start_heartbeats",
+    ),
     # [training]
-    "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run", _TRAINER),
+    "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run",),
     "training.algorithm": (
-        "runtime:runtime.config:_teacher",
+        "runtime:runtime.config:teacher_of",
         "runtime:runtime.trainer.trainer:_distill_config",
     ),
     "training.eval_interval": ("runtime:runtime.rollout.driver:_make_evaluator",),
@@ -119,7 +123,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "training.max_refill_rounds": ("runtime:runtime.rollout.collect:Collector.collect",),
     "training.max_run_seconds": ("runtime:runtime.rollout.loop:GRPOLoop._out_of_time",),
     # [teacher], [distillation]: on-policy distillation
-    "teacher.source": ("runtime:runtime.config:_teacher", _TEACHER_ARGV),
+    "teacher.source": ("runtime:runtime.config:teacher_of", _TEACHER_ARGV),
     "teacher.format": (
         "compile:checked against the engine that serves it (rule teacher-sglang-hf) and its "
         "template (rule teacher-olmo-core-template)",
@@ -128,7 +132,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "teacher.engine": (_TEACHER_ARGV,),
     "teacher.gpus": (_TEACHER_ARGV, "compile:sizes the teacher's place in plan.placement"),
     "teacher.dtype": (_TEACHER_ARGV,),
-    "teacher.max_running_requests": (_TEACHER_ARGV, "runtime:runtime.config:_teacher"),
+    "teacher.max_running_requests": (_TEACHER_ARGV, "runtime:runtime.config:teacher_of"),
     "teacher.max_context_length": (_TEACHER_ARGV,),
     "teacher.mem_fraction_static": (_TEACHER_ARGV,),
     "teacher.seed": (_TEACHER_ARGV,),
@@ -184,15 +188,15 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "compile:sizes the placement plan the runtime executes (plan.placement)",
     ),
     "inference.router": ("runtime:runtime.execute:NodeRunner.start_router",),
-    "inference.router_policy": ("runtime:runtime.engines.router:RouterSettings.from_config",),
+    "inference.router_policy": ("runtime:runtime.engines.router:RouterSettings.from_contract",),
     "inference.router_cache_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_config",
+        "runtime:runtime.engines.router:RouterSettings.from_contract",
     ),
     "inference.router_balance_abs_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_config",
+        "runtime:runtime.engines.router:RouterSettings.from_contract",
     ),
     "inference.router_balance_rel_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_config",
+        "runtime:runtime.engines.router:RouterSettings.from_contract",
     ),
     "inference.prompts_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._sync_collection",),
     "inference.samples_per_prompt": ("runtime:runtime.rollout.collect:Collector._one_group",),
@@ -234,7 +238,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "optimizer.entropy_coef": (_TRAINER,),
     "optimizer.normalize_std": ("runtime:runtime.rollout.collect:Collector.collect",),
     "optimizer.use_rollout_logprobs": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
-    "optimizer.steps_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._train", _TRAINER),
+    "optimizer.steps_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
     "optimizer.scoring_pass": ("runtime:runtime.rollout.loop:GRPOLoop._train",),
     "optimizer.scoring_check_interval": (
         "runtime:runtime.rollout.loop:GRPOLoop._scoring_check_due",
@@ -245,7 +249,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "async.max_policy_lag": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
     "async.off_policy_correction": (_TRAINER,),
     "async.tis_clip": (_TRAINER,),
-    "async.buffer_factor": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
+    "async.buffer_factor": (
+        "compile:sizes plan.async.completed_buffer_groups, the buffer GRPOLoop._async_run holds",
+    ),
     "async.producer_budget": ("runtime:runtime.rollout.driver:rollout_concurrency",),
     "async.unused_sample_handler": ("runtime:runtime.rollout.loop:GRPOLoop._async_run",),
     "async.submission_granularity": ("runtime:runtime.rollout.driver:submission_granularity",),
@@ -258,7 +264,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "checkpoint.export_hf_final": (_DRIVER,),
     # [rewards]
     "rewards.failure_policy": ("runtime:runtime.rollout.collect:Collector.score",),
-    "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_contract",),
     "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.code.endpoint": (
@@ -276,11 +282,11 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "rewards.code.concurrency": ("runtime:runtime.rewards.code:CodeVerifier.__init__",),
     "rewards.ifeval.strict": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
     "rewards.ifeval.aggregate": ("runtime:runtime.rewards.ifeval:IFEvalVerifier.__init__",),
-    "rewards.length_penalty.enabled": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    "rewards.length_penalty.enabled": ("runtime:runtime.rollout.shaping:Shaping.from_contract",),
     "rewards.length_penalty.target_tokens": (
-        "runtime:runtime.rollout.shaping:Shaping.from_config",
+        "runtime:runtime.rollout.shaping:Shaping.from_contract",
     ),
-    "rewards.length_penalty.coef": ("runtime:runtime.rollout.shaping:Shaping.from_config",),
+    "rewards.length_penalty.coef": ("runtime:runtime.rollout.shaping:Shaping.from_contract",),
     # [environment]: multi-turn tool use (runtime.rollout.multiturn carries it out)
     "environment.max_turns": (_ENV, "runtime:runtime.rollout.multiturn:EpisodeRunner._episode"),
     "environment.tools": (_ENV, "runtime:runtime.rollout.driver:_make_episodes"),
@@ -292,13 +298,13 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "environment.max_tool_output_chars": (_ENV,),
     "environment.tool_timeout_s": (_ENV, "runtime:runtime.rollout.driver:_make_episodes"),
     # [judges.NAME] (managed | external), [rubrics.NAME], [judging.bindings.VERIFIER]
-    "judges": ("runtime:runtime.config:_judge_bindings",),
-    "judges.*.mode": ("runtime:runtime.config:_judge_bindings",),
-    "judges.*.model": ("runtime:runtime.config:_judge_bindings",),
+    "judges": ("runtime:runtime.config:judge_bindings",),
+    "judges.*.mode": ("runtime:runtime.config:judge_bindings",),
+    "judges.*.model": ("runtime:runtime.config:judge_bindings",),
     "judges.*.max_context_length": ("runtime:runtime.judges:ManagedJudge.argv",),
-    "judges.*.max_concurrent_calls": ("runtime:runtime.config:_judge_bindings",),
-    "judges.*.timeout": ("runtime:runtime.config:_judge_bindings",),
-    "judges.*.endpoint": ("runtime:runtime.config:_judge_bindings",),
+    "judges.*.max_concurrent_calls": ("runtime:runtime.config:judge_bindings",),
+    "judges.*.timeout": ("runtime:runtime.config:judge_bindings",),
+    "judges.*.endpoint": ("runtime:runtime.config:judge_bindings",),
     "judges.*.gpus": (
         "compile:places the managed judge on GPUs (plan.placement.judges)",
         "runtime:runtime.judges:ManagedJudge.env",
@@ -307,13 +313,13 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "judges.*.prepared_dir": ("runtime:runtime.judges:ManagedJudge.argv",),
     "judges.*.chat_template": ("runtime:runtime.rewards.judge:JudgeVerifier._complete",),
     "judges.*.context_extension": ("runtime:runtime.judges:ManagedJudge.argv",),
-    "rubrics": ("runtime:runtime.config:_judge_bindings",),
-    "rubrics.*.profile": ("runtime:runtime.config:_judge_bindings",),
-    "rubrics.*.max_response_tokens": ("runtime:runtime.config:_judge_bindings",),
-    "rubrics.*.temperature": ("runtime:runtime.config:_judge_bindings",),
-    "judging.bindings": ("runtime:runtime.config:_judge_bindings",),
-    "judging.bindings.*.judge": ("runtime:runtime.config:_judge_bindings",),
-    "judging.bindings.*.rubric": ("runtime:runtime.config:_judge_bindings",),
+    "rubrics": ("runtime:runtime.config:judge_bindings",),
+    "rubrics.*.profile": ("runtime:runtime.config:judge_bindings",),
+    "rubrics.*.max_response_tokens": ("runtime:runtime.config:judge_bindings",),
+    "rubrics.*.temperature": ("runtime:runtime.config:judge_bindings",),
+    "judging.bindings": ("runtime:runtime.config:judge_bindings",),
+    "judging.bindings.*.judge": ("runtime:runtime.config:judge_bindings",),
+    "judging.bindings.*.rubric": ("runtime:runtime.config:judge_bindings",),
     # [evaluation]
     "evaluation.mode": ("runtime:runtime.rollout.driver:_make_evaluator",),
     "evaluation.temperature": ("runtime:runtime.rollout.driver:_make_evaluator",),
@@ -328,49 +334,49 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "evaluation.cluster": (_EVAL_JOB,),
     "evaluation.workspace": ("runtime:runtime.launch.evaluator:BeakerSubmitter.submit",),
     "evaluation.budget": (_EVAL_JOB,),
-    "evaluation.submit_timeout": ("runtime:runtime.config:_evaluation",),
+    "evaluation.submit_timeout": ("runtime:runtime.rollout.driver:_background_evaluator",),
     "evaluation.timeout": (_EVAL_JOB,),
     "evaluation.server_args": ("runtime:runtime.evaluate:_start_engine",),
-    "evaluation.tasks": ("runtime:runtime.config:_evaluation",),
+    "evaluation.tasks": ("runtime:runtime.evaluate:due_tasks",),
     "evaluation.tasks.[].task": ("runtime:runtime.data.eval_tasks:load_eval_task",),
     "evaluation.tasks.[].interval": ("runtime:runtime.evaluate:due_tasks",),
     "evaluation.tasks.[].generation": ("runtime:runtime.evaluate:evaluate",),
     "evaluation.tasks.[].scoring": ("runtime:runtime.evaluate:due_tasks",),
     # [tracking]
     "tracking.metrics_path": (
-        "compile:derives paths.metrics, the file the runtime writes (runtime.config._paths)",
+        "compile:derives paths.metrics, the file the runtime writes (runtime.config.Paths)",
     ),
-    "tracking.wandb_mode": ("runtime:runtime.tracking:WandbSink.from_config",),
-    "tracking.wandb_project": ("runtime:runtime.tracking:WandbSink.from_config",),
-    "tracking.wandb_team": ("runtime:runtime.tracking:WandbSink.from_config",),
-    "tracking.wandb_group": ("runtime:runtime.tracking:WandbSink.from_config",),
-    "tracking.wandb_run_name": ("runtime:runtime.tracking:WandbSink.from_config",),
-    "tracking.log_interval": ("runtime:runtime.tracking:WandbSink.from_config",),
+    "tracking.wandb_mode": ("runtime:runtime.tracking:WandbSink.from_contract",),
+    "tracking.wandb_project": ("runtime:runtime.tracking:WandbSink.from_contract",),
+    "tracking.wandb_team": ("runtime:runtime.tracking:WandbSink.from_contract",),
+    "tracking.wandb_group": ("runtime:runtime.tracking:WandbSink.from_contract",),
+    "tracking.wandb_run_name": ("runtime:runtime.tracking:WandbSink.from_contract",),
+    "tracking.log_interval": ("runtime:runtime.tracking:WandbSink.from_contract",),
     # [compiler_cache]
-    "compiler_cache.enabled": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
-    "compiler_cache.shared_root": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
-    "compiler_cache.restore": ("runtime:runtime.compiler_cache:CompilerCache.from_config",),
+    "compiler_cache.enabled": ("runtime:runtime.compiler_cache:CompilerCache.from_contract",),
+    "compiler_cache.shared_root": ("runtime:runtime.compiler_cache:CompilerCache.from_contract",),
+    "compiler_cache.restore": ("runtime:runtime.compiler_cache:CompilerCache.from_contract",),
     "compiler_cache.max_storage_bytes": (
-        "runtime:runtime.compiler_cache:CompilerCache.from_config",
+        "runtime:runtime.compiler_cache:CompilerCache.from_contract",
     ),
     "compiler_cache.publish_interval_seconds": (
-        "runtime:runtime.compiler_cache:CompilerCache.from_config",
+        "runtime:runtime.compiler_cache:CompilerCache.from_contract",
     ),
     # [runtime]
-    "runtime.health_timeout_s": ("runtime:runtime.config:ClientSettings.from_config",),
-    "runtime.generate_timeout_s": ("runtime:runtime.config:ClientSettings.from_config",),
-    "runtime.http_retries": ("runtime:runtime.config:ClientSettings.from_config",),
-    "runtime.retry_backoff_s": ("runtime:runtime.config:ClientSettings.from_config",),
-    "runtime.group_retries": ("runtime:runtime.config:ClientSettings.from_config",),
+    "runtime.health_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
+    "runtime.generate_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
+    "runtime.http_retries": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
+    "runtime.retry_backoff_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
+    "runtime.group_retries": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
     "runtime.startup_timeout_s": (
         "runtime:runtime.execute:NodeRunner.start_engines",
         "rule:startup-timeout-moved",
     ),
-    "runtime.publish_timeout_s": ("runtime:runtime.config:from_manifest",),
-    "runtime.publication_transport": ("runtime:runtime.config:from_manifest",),
+    "runtime.publish_timeout_s": ("runtime:runtime.rollout.driver:_distributed_publisher",),
+    "runtime.publication_transport": ("runtime:runtime.rollout.driver:train",),
     "runtime.weight_audit": (_DRIVER,),
     "runtime.max_logprob_mismatch": ("runtime:runtime.rollout.loop:GRPOLoop._limit_mismatch",),
-    "runtime.seed": (_CFG,),
+    "runtime.seed": (_TRAINER,),
     # [native.*]
     "native.sglang": ("argv:compiler.resolve.argv:native_sglang_argv",),
     "native.olmo_core": (

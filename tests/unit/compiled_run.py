@@ -97,3 +97,17 @@ def contract(tmp_path: Path, **sections: dict[str, Any]) -> RunContract:
 
 def run_config(tmp_path: Path, **sections: dict[str, Any]) -> RunConfig:
     return RunConfig.from_contract(contract(tmp_path, **sections))
+
+
+def edited_contract(tmp_path: Path, edits: dict[str, Any], **sections: Any) -> RunContract:
+    """The contract of a compiled manifest with ``edits`` ({"trainer.device": "cuda"})
+    written into its config afterwards: values the rules keep to other hardware (GPU-only
+    settings on this CPU machine), to test what the runtime does with them."""
+    manifest = compile_manifest(tmp_path, **sections)
+    for dotted, value in edits.items():
+        *parents, leaf = dotted.split(".")
+        node = manifest["config"]
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return parse(manifest)

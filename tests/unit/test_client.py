@@ -158,16 +158,18 @@ def test_health_uses_its_own_pool():
         c.close()
 
 
-def test_settings_from_manifest_runtime_section():
-    s = ClientSettings.from_config(
-        {
-            "health_timeout_s": 2,
-            "generate_timeout_s": 30,
-            "http_retries": 1,
-            "group_retries": 0,
-            "retry_backoff_s": 0.1,
-            "weight_audit": True,
-        }
+def test_settings_from_the_contracts_runtime_section():
+    from contract.spec.runtime import RuntimeSection
+
+    s = ClientSettings.from_contract(
+        RuntimeSection(
+            health_timeout_s=2.0,
+            generate_timeout_s=30.0,
+            http_retries=1,
+            group_retries=0,
+            retry_backoff_s=0.1,
+            weight_audit=True,
+        )
     )
     assert (s.health_timeout_s, s.generate_timeout_s, s.http_retries, s.group_retries) == (
         2,

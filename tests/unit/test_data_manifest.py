@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from compiled_run import contract
 
+from contract.spec.data import DataSection
+from contract.spec.root import Spec
 from runtime.data.manifest import (
     DataManifestError,
     load_prompts,
@@ -17,8 +20,9 @@ from runtime.data.manifest import (
 )
 
 
-def _config(root: Path, **data: object) -> dict:
-    d = {
+def _config(root: Path, inference: dict | None = None, **data: object) -> Spec:
+    """A compiled spec (the contract's type) with these ``[data]`` values."""
+    d: dict = {
         "tasks": [
             {"task": "arithmetic", "train_count": 20, "eval_count": 4},
             {"task": "multiplication", "train_count": 6},
@@ -26,7 +30,7 @@ def _config(root: Path, **data: object) -> dict:
         "seed": 3,
     }
     d.update(data)
-    return {"data": d, "output": {"root": str(root)}, "rewards": {"failure_policy": "zero"}}
+    return contract(root, data=d, inference=inference or {}).config
 
 
 def test_prepare_verify_and_load(tmp_path: Path) -> None:
@@ -41,8 +45,8 @@ def test_prepare_verify_and_load(tmp_path: Path) -> None:
         == "runtime.rewards.arithmetic.ArithmeticVerifier"
     )
     train = m.prompts("train")
-    assert [p.id for p in train] == [p.id for p in load_prompts(_config(tmp_path))[0]]
-    via = load_prompts({"data": {"manifest": str(res.manifest_path)}})
+    assert [p.id for p in train] == [p.id for p in load_prompts(_config(tmp_path).data)[0]]
+    via = load_prompts(DataSection(manifest=str(res.manifest_path)))
     assert [p.to_json() for p in via[0]] == [p.to_json() for p in train]
     assert not os.access(m.file("train"), os.W_OK) or os.geteuid() == 0
     # same inputs again: accepted, byte-identical
@@ -79,13 +83,16 @@ class _Tok:
 
 
 def test_over_long_prompts_error_or_drop_with_report(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, tasks=[{"task": "multiplication", "digits": [2, 2], "train_count": 3}])
-    cfg["inference"] = {"max_prompt_length": 4}  # "12*34=" is 6 characters
+    short = {"max_context_length": 8, "max_response_length": 4}  # prompts up to 4 tokens
+    product = {"task": "multiplication", "digits": [2, 2], "train_count": 3}
+    cfg = _config(tmp_path, inference=short, tasks=[product])
+    assert cfg.inference.max_prompt_length == 4  # "12*34=" is 6 characters
     from runtime.data.render import PromptTooLong
 
     with pytest.raises(PromptTooLong, match="3 of 3 prompts exceed"):
         prepare_data(cfg, tokenizer=_Tok())
-    cfg["data"]["tasks"].append({"task": "arithmetic", "train_count": 2})
+    both = [product, {"task": "arithmetic", "train_count": 2}]
+    cfg = _config(tmp_path, inference=short, tasks=both)
     res = prepare_data(cfg, tokenizer=_Tok(), on_overflow="drop")
     assert res.train_count == 2 and len(res.dropped) == 3
     assert res.manifest["dropped_over_length"] == res.dropped

@@ -1,7 +1,9 @@
-"""The import graph of `rlc_cli`, `compiler` and `runtime`, built from the source with `ast`
-(nothing is imported). The layers, with no named exceptions: no import cycle; the compiler
-never imports runtime or rlc_cli; runtime imports only the contract modules of the compiler
-(`compiler.manifest.trust` and its error type); nothing imports rlc_cli (the `rlc` command line on top).
+"""The import graph of `rlc_cli`, `compiler`, `runtime` and `contract`, built from the
+source with `ast` (nothing is imported). The layers, with no named exceptions: no import
+cycle; `contract` (the typed compiler/runtime contract) imports none of the others; the
+compiler never imports runtime or rlc_cli; runtime imports only the verification entry of
+the compiler (`compiler.manifest.trust` and its error type); nothing imports rlc_cli (the
+`rlc` command line on top).
 
 Imports under ``if TYPE_CHECKING:`` count too: a cycle through annotations is still two
 modules that cannot be understood apart.
@@ -14,13 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("rlc_cli", "compiler", "runtime")
+PACKAGES = ("rlc_cli", "compiler", "runtime", "contract")
 # The `rlc` command line (entry point, its commands, Beaker submission and receipts): the
 # layer on top, the only one that uses both the compiler and the runtime.
 CLI = ("rlc_cli",)
-# The manifest contract: what the runtime may import from the compiler (`compiler.manifest.trust`
-# verifies and re-derives a manifest, and derives the background evaluator's job from a
-# verified one, using the compiler inside).
+# What the runtime may import from the compiler: `compiler.manifest.trust` verifies and
+# re-derives a manifest (once per run, at its entry) and derives the background evaluator's
+# job from a verified one, using the compiler inside. Everything else the runtime reads of
+# a manifest comes typed from the `contract` package.
 CONTRACT = {"compiler.manifest.trust", "compiler.diagnostics"}
 
 
@@ -110,6 +113,8 @@ def _in(name: str, prefixes: tuple[str, ...]) -> bool:
 def test_graph_sees_known_edges() -> None:
     graph = _graph()
     assert "compiler.manifest.trust" in graph["runtime.manifest"]
+    assert "contract.run" in graph["runtime.manifest"]
+    assert "contract.spec.root" in graph["contract.run"]
     assert "compiler.manifest.manifest" in graph["compiler.pipeline"]
     assert "runtime.rollout.driver" in graph["runtime.execute"]
     assert "runtime.supervisor" in graph["runtime.node"]  # an annotation-only import
@@ -155,6 +160,30 @@ def test_the_contract_packages_import_nothing() -> None:
     packages = {".".join(c.split(".")[:i]) for c in CONTRACT for i in range(1, c.count(".") + 1)}
     assert packages == {"compiler", "compiler.manifest"}
     assert {p: sorted(graph[p]) for p in sorted(packages) if graph[p]} == {}
+
+
+def test_the_contract_imports_none_of_the_others() -> None:
+    """The typed contract is the bottom layer: both sides import it, it imports neither."""
+    upward = sorted(
+        f"{a} -> {b}"
+        for a, deps in _graph().items()
+        if _in(a, ("contract",))
+        for b in deps
+        if _in(b, ("compiler", "runtime", *CLI))
+    )
+    assert upward == []
+    assert _graph()["contract"] == set()  # importing the package imports nothing
+
+
+def test_only_the_runtimes_entry_verifies_through_the_compiler() -> None:
+    """One module of the runtime runs the compiler's verification (`runtime.manifest`); the
+    background evaluator's job is rendered by it too (`runtime.launch.evaluator`)."""
+    users = sorted(
+        a
+        for a, deps in _graph().items()
+        if _in(a, ("runtime",)) and "compiler.manifest.trust" in deps
+    )
+    assert users == ["runtime.launch.evaluator", "runtime.manifest"]
 
 
 def test_nothing_imports_the_cli() -> None:

@@ -12,9 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def config(spec: str):
     from compiler.pipeline import compile_spec
-    from runtime.config import from_manifest
+    from contract.run import parse
+    from runtime.config import RunConfig
 
-    return from_manifest(compile_spec(str(ROOT / "specs" / "examples" / spec), []).manifest())
+    manifest = compile_spec(str(ROOT / "specs" / "examples" / spec), []).manifest()
+    return RunConfig.from_contract(parse(manifest))
 
 
 def ident(rank: int, count: int):

@@ -35,7 +35,10 @@ def test_router_argv_carries_policy_and_thresholds():
     assert "--cache-threshold" not in rr
     with pytest.raises(ValueError):
         RouterSettings(policy="fastest")
-    cfg = RouterSettings.from_config({"router_policy": "random", "router_cache_threshold": 0.1})
+    from contract.spec.inference import InferenceSection
+
+    inference = InferenceSection(router_policy="random", router_cache_threshold=0.1)
+    cfg = RouterSettings.from_contract(inference)
     assert (cfg.policy, cfg.cache_threshold) == ("random", 0.1)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 
+from compiled_run import edited_contract  # noqa: E402
 from olmo_core.nn.moe.router import MoERouter  # noqa: E402
 
 from runtime.models import load_model, state_checksum  # noqa: E402
@@ -274,24 +276,24 @@ def test_response_reduction_averages_response_tokens_only() -> None:
     assert m_tok["router/z_loss"] != pytest.approx(m_resp["router/z_loss"], rel=1e-4)
 
 
-def test_config_validation_and_manifest_mapping() -> None:
+def test_config_validation_and_manifest_mapping(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reduction"):
         _trainer(router_aux_loss_reduction="sequence")
     with pytest.raises(ValueError, match="MoE"):
         Trainer(TrainerConfig(model_source="builtin:tiny", router_replay=True))
-    cfg = TrainerConfig.from_manifest(
-        {
-            "config": {
-                "model": {"source": MOE},
-                "trainer": {
-                    "router_replay": True,
-                    "router_aux_loss_coef": 0.0,
-                    "router_z_loss_coef": 1e-5,
-                    "router_aux_loss_reduction": "response",
-                    "router_z_loss_reduction": "token",
-                },
-            }
-        }
+    cfg = TrainerConfig.from_contract(
+        edited_contract(
+            tmp_path,
+            {
+                "model.source": MOE,
+                "model.architecture": "moe",
+                "trainer.router_replay": True,
+                "trainer.router_aux_loss_coef": 0.0,
+                "trainer.router_z_loss_coef": 1e-5,
+                "trainer.router_aux_loss_reduction": "response",
+                "trainer.router_z_loss_reduction": "token",
+            },
+        )
     )
     assert cfg.router_replay and cfg.router_aux_loss_reduction == "response"
     assert (cfg.router_aux_loss_coef, cfg.router_z_loss_coef) == (0.0, 1e-5)

@@ -17,6 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from compiled_run import edited_contract  # noqa: E402
+
 from runtime.checkpoints import CheckpointManager  # noqa: E402
 from runtime.checkpoints.manager import CheckpointMismatch  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
@@ -244,13 +246,13 @@ def test_publication_streams_buckets_from_shards_and_bf16_policy(tmp_path: Path)
         assert two["metrics"][key] == pytest.approx(one["metrics"][key], rel=5e-2, abs=1e-3)
 
 
-def test_model_dtype_picks_the_compute_dtype() -> None:
-    def cfg(dtype: str | None) -> TrainerConfig:
-        return TrainerConfig.from_manifest({"config": {"model": {"dtype": dtype}}})
+def test_model_dtype_picks_the_compute_dtype(tmp_path: Path) -> None:
+    def cfg(dtype: str) -> TrainerConfig:
+        return TrainerConfig.from_contract(edited_contract(tmp_path, {"model.dtype": dtype}))
 
     assert cfg("bfloat16").bf16_autocast is True
     assert cfg("float32").bf16_autocast is False
-    assert cfg(None).bf16_autocast is None
+    assert TrainerConfig().bf16_autocast is None  # built by hand: by device
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -98,11 +100,15 @@ def test_document_mask_window() -> None:
     assert torch.equal(m, expected)
 
 
-def test_trainer_honours_attention_backend() -> None:
+def test_trainer_honours_attention_backend(tmp_path: Path) -> None:
+    from compiled_run import edited_contract
+
     from runtime.models.attention import FlexDocAttentionBackend
     from runtime.trainer import Trainer, TrainerConfig
 
-    cfg = TrainerConfig.from_manifest({"config": {"trainer": {"attention_backend": "flex"}}})
+    # the rules keep flex to GPUs; the trainer carries it out wherever it is asked for
+    contract = edited_contract(tmp_path, {"trainer.attention_backend": "flex"})
+    cfg = TrainerConfig.from_contract(contract)
     assert cfg.attention_backend == "flex"
     trainer = Trainer(cfg)
     try:

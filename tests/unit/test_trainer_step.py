@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
+
+from compiled_run import contract  # noqa: E402
 
 from runtime.models import load_model, number_token_ids, state_checksum  # noqa: E402
 from runtime.trainer import GRPOConfig, Sample, Trainer, TrainerConfig, group_advantages  # noqa: E402
@@ -117,12 +121,13 @@ def test_moe_train_step_on_cpu() -> None:
     assert m["grad_norm"] > 0
 
 
-def test_from_manifest_maps_fields() -> None:
-    manifest = {
-        "config": {
-            "model": {"source": "builtin:tiny", "architecture": "dense"},
-            "trainer": {"device": "cpu", "sequence_packing": False, "packing_max_tokens": 512},
-            "optimizer": {
+def test_from_contract_maps_fields(tmp_path: Path) -> None:
+    cfg = TrainerConfig.from_contract(
+        contract(
+            tmp_path,
+            model={"source": "builtin:tiny"},
+            trainer={"gpus": 0, "sequence_packing": False},
+            optimizer={
                 "lr": 2e-5,
                 "schedule": "cosine",
                 "warmup_steps": 3,
@@ -130,12 +135,12 @@ def test_from_manifest_maps_fields() -> None:
                 "kl_coef": 0.05,
                 "steps_per_collection": 2,
             },
-            "async": {"enabled": True, "off_policy_correction": "tis", "tis_clip": 3.0},
-            "training": {"num_rollouts": 7},
-            "runtime": {"seed": 9},
-        }
-    }
-    cfg = TrainerConfig.from_manifest(manifest)
+            inference={"global_batch_size": 2},
+            training={"num_rollouts": 7},
+            runtime={"seed": 9},
+            **{"async": {"enabled": True, "tis_clip": 3.0}},
+        )
+    )
     assert (cfg.lr, cfg.schedule, cfg.warmup_steps, cfg.total_steps, cfg.seed) == (
         2e-5,
         "cosine",

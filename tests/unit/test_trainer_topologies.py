@@ -28,6 +28,7 @@ pytest.importorskip("olmo_core")
 
 from compiler.diagnostics import DiagnosticError  # noqa: E402
 from compiler.pipeline import compile_spec  # noqa: E402
+from contract.run import parse  # noqa: E402
 from runtime.trainer.parallel import plan_mesh  # noqa: E402
 from runtime.trainer.trainer import TrainerConfig  # noqa: E402
 
@@ -120,7 +121,7 @@ def test_every_accepted_trainer_topology_is_carried_out_and_the_rest_refused_at_
             assert errors and all(d.span is not None for d in errors), what
             refused += 1
             continue
-        cfg = TrainerConfig.from_manifest(got)
+        cfg = TrainerConfig.from_contract(parse(got))
         trainer = got["config"]["trainer"]
         nodes = int(trainer["nodes"])
         per_node = int(trainer["gpus"]) or int(trainer["cpu_processes"])
