@@ -57,8 +57,13 @@ def _load_sharded(run_dir: Path, ckpt: Path) -> Any:
         raise ExportError(
             f"{ckpt} is sharded and {run_dir}/manifests has no manifest {digest or '(none)'}"
         )
-    model = manifest["config"]["model"]
-    loaded = load_model(model["source"], hf_template=model.get("hf_template"))
+    from contract.run import ContractError, parse
+
+    try:
+        model = parse(manifest, str(path)).config.model
+    except ContractError as exc:
+        raise ExportError(str(exc)) from None
+    loaded = load_model(model.source, hf_template=model.hf_template)
     load_model_and_optim_state(str(ckpt / "dist"), loaded.model)
     return loaded
 

@@ -69,7 +69,7 @@ def main() -> int:
     import torch
     from trainer_step import make_samples
 
-    from compiler.manifest.manifest import load_manifest
+    from runtime.manifest import verify
     from runtime.trainer.ranks import lead_trainer
 
     spec = ROOT / "specs" / "examples" / ("gpu-moe.toml" if args.moe else "gpu-dense.toml")
@@ -97,9 +97,9 @@ def main() -> int:
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     with tempfile.TemporaryDirectory(prefix="rlc-ranks-") as tmp:
         path = compile_manifest(spec, sets, Path(tmp))
-        manifest = load_manifest(path)
+        contract = verify(path)  # as runtime.execute: once, the follower ranks check the digest
         t0 = time.perf_counter()
-        trainer = lead_trainer(manifest, path, Path(tmp) / "logs")
+        trainer = lead_trainer(contract, path, Path(tmp) / "logs")
         startup_s = time.perf_counter() - t0
         vocab = int(trainer.loaded.config.vocab_size)
         samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)

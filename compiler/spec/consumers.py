@@ -363,11 +363,11 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "runtime:runtime.compiler_cache:CompilerCache.from_contract",
     ),
     # [runtime]
-    "runtime.health_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
-    "runtime.generate_timeout_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
-    "runtime.http_retries": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
-    "runtime.retry_backoff_s": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
-    "runtime.group_retries": ("runtime:runtime.engines.client:ClientSettings.from_contract",),
+    "runtime.health_timeout_s": ("runtime:runtime.engines.client:EngineClient",),
+    "runtime.generate_timeout_s": ("runtime:runtime.engines.client:EngineClient",),
+    "runtime.http_retries": ("runtime:runtime.engines.client:EngineClient",),
+    "runtime.retry_backoff_s": ("runtime:runtime.engines.client:EngineClient",),
+    "runtime.group_retries": ("runtime:runtime.engines.client:EngineClient",),
     "runtime.startup_timeout_s": (
         "runtime:runtime.execute:NodeRunner.start_engines",
         "rule:startup-timeout-moved",

@@ -36,14 +36,24 @@ class EngineRequestError(EngineFailure):
     """The engine rejected the request (4xx): retrying the same request cannot help."""
 
 
+# The client settings that are ``[runtime]`` fields (defaults from the spec).
+SPEC_FIELDS = (
+    "health_timeout_s",
+    "generate_timeout_s",
+    "http_retries",
+    "retry_backoff_s",
+    "group_retries",
+)
+
+
 def _spec(name: str) -> Any:
     return field(default=default_of(RuntimeSection, name))
 
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """The engine connection. The first five are ``[runtime]`` fields (their defaults are
-    the spec's, `contract.defaults`); the rest are this client's own."""
+    """The engine connection: the `SPEC_FIELDS` (their defaults are the spec's,
+    `contract.defaults`) and this client's own."""
 
     health_timeout_s: float = _spec("health_timeout_s")
     generate_timeout_s: float = _spec("generate_timeout_s")
@@ -56,13 +66,7 @@ class ClientSettings:
 
     @classmethod
     def from_contract(cls, runtime: RuntimeSection) -> ClientSettings:
-        return cls(
-            health_timeout_s=runtime.health_timeout_s,
-            generate_timeout_s=runtime.generate_timeout_s,
-            http_retries=runtime.http_retries,
-            retry_backoff_s=runtime.retry_backoff_s,
-            group_retries=runtime.group_retries,
-        )
+        return cls(**{name: getattr(runtime, name) for name in SPEC_FIELDS})
 
 
 @dataclass

@@ -67,11 +67,18 @@ class BeakerSubmitter:
     """Creates one Beaker experiment per milestone from the compiled evaluator spec."""
 
     def __init__(
-        self, manifest: dict[str, Any], timeout_s: float, signature: str | None = None
+        self,
+        manifest: dict[str, Any],
+        timeout_s: float,
+        signature: str | None = None,
+        workspace: str | None = None,
+        name: str = "run",
     ) -> None:
-        self.manifest = manifest
+        self.manifest = manifest  # the verified document the job embeds
         self.timeout_s = timeout_s
         self.signature = signature
+        self.workspace = workspace  # evaluation.workspace (derived from launch.workspace)
+        self.name = name
 
     def submit(self, update: int, checkpoint: Path) -> dict[str, Any]:
         from runtime.launch.beaker_client import beaker_client
@@ -80,8 +87,7 @@ class BeakerSubmitter:
         launch_id = uuid.uuid4().hex
         for task in data.get("tasks", []):
             task.setdefault("envVars", []).append({"name": "RLC_LAUNCH_ID", "value": launch_id})
-        ev = self.manifest["config"].get("evaluation") or {}
-        workspace = ev.get("workspace") or self.manifest["config"]["launch"].get("workspace")
+        workspace = self.workspace
         result: dict[str, Any] = {}
 
         def create() -> None:
@@ -91,7 +97,7 @@ class BeakerSubmitter:
                 client = beaker_client()
                 workload = client.experiment.create(
                     spec=BeakerExperimentSpec.from_json(data),
-                    name=f"{self.manifest['name']}-eval-{update:06d}-{launch_id[:6]}",
+                    name=f"{self.name}-eval-{update:06d}-{launch_id[:6]}",
                     workspace=client.workspace.get(workspace),
                 )
                 experiment = getattr(workload, "experiment", None)

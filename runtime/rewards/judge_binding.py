@@ -59,10 +59,10 @@ class RunVerifiers:
         if binding is not None:
             # the judge applies the policy itself; "fail" must still reach the loop
             return get_verifier("judge", binding.verifier_settings(self.failure_policy))
-        settings: BaseModel | dict[str, Any] | None = verifier_settings(self.rewards, name)
+        typed = verifier_settings(self.rewards, name)
+        settings: BaseModel | dict[str, Any] | None = typed
         if self.overrides:
-            base = {} if settings is None else settings.model_dump()
-            settings = {**base, **self.overrides}
+            settings = {**({} if typed is None else typed.model_dump()), **self.overrides}
         if name == "code" and self.executor is not None:
             from runtime.rewards.code import CodeVerifier
 

@@ -134,6 +134,8 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
             document(cfg.manifest_path),
             cfg.evaluation.submit_timeout,
             manifest_signature(cfg.manifest_path),
+            workspace=cfg.evaluation.workspace,
+            name=cfg.name,
         )
     else:
         submitter = LocalSubmitter(cfg.manifest_path.resolve(), cfg.paths.eval_dir / "logs")

@@ -111,3 +111,32 @@ def edited_contract(tmp_path: Path, edits: dict[str, Any], **sections: Any) -> R
             node = node[part]
         node[leaf] = value
     return parse(manifest)
+
+
+def with_managed_judge(
+    manifest: dict[str, Any],
+    name: str,
+    port: int,
+    *,
+    verifier: str,
+    gpus: tuple[int, ...] = (),
+    **judge: Any,
+) -> dict[str, Any]:
+    """``manifest`` with a managed judge ``name`` bound to ``verifier`` and placed on ``port``
+    of node 0. The compiler places managed judges on GPUs only; this puts one in the plan of a
+    CPU run, to test how the runtime starts and reaches it."""
+    config = manifest["config"]
+    config["judges"] = {
+        name: {
+            "mode": "managed",
+            "model": "judge-model",
+            "revision": "0" * 40,
+            "prepared_dir": "/weka/judges/tiny",
+            **judge,
+        }
+    }
+    config["rubrics"] = {"r": {"profile": "open-instruct/general-quality"}}
+    config["judging"] = {"bindings": {verifier: {"judge": name, "rubric": "r"}}}
+    placed = {"name": name, "node": 0, "gpus": list(gpus), "port": port}
+    manifest["plan"]["placement"]["judges"] = [placed]
+    return manifest

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compiled_run import compile_manifest, run_config
+from compiled_run import compile_manifest, run_config, with_managed_judge
 
 from contract.run import parse
 from contract.spec.rewards import RewardsSection
@@ -49,19 +49,7 @@ def test_bindings_are_joined_with_judges_and_rubrics(tmp_path: Path) -> None:
 
 
 def test_managed_judge_is_reached_at_its_placed_port(tmp_path: Path) -> None:
-    m = compile_manifest(tmp_path)
-    m["config"]["judges"] = {
-        "rm": {
-            "mode": "managed",
-            "model": "m",
-            "revision": "0" * 40,
-            "prepared_dir": "/weka/judges/m",
-        }
-    }
-    m["config"]["judging"] = JUDGING["judging"]
-    m["config"]["rubrics"] = JUDGING["rubrics"]
-    placed = [{"name": "rm", "node": 0, "gpus": [7], "port": 31000}]
-    m["plan"]["placement"]["judges"] = placed
+    m = with_managed_judge(compile_manifest(tmp_path), "rm", 31000, verifier="arithmetic")
     cfg = RunConfig.from_contract(parse(m))
     assert cfg.judge_bindings["arithmetic"].url == "http://127.0.0.1:31000"
     m["plan"]["placement"]["judges"] = []

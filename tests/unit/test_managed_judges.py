@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from compiled_run import compile_manifest
+from compiled_run import compile_manifest, with_managed_judge
 
 from contract.run import parse
 from runtime.config import RunConfig
@@ -27,20 +27,16 @@ def _cfg(tmp_path: Path, port: int, prepared_dir: str = "/weka/judges/tiny") -> 
     """A compiled CPU run with a managed judge placed on ``port`` (managed judges are placed
     on GPUs by the compiler; here the plan is edited to hold one on this CPU machine)."""
     m = compile_manifest(tmp_path)
-    m["config"]["judges"] = {
-        "j": {
-            "mode": "managed",
-            "model": "judge-model",
-            "revision": "0" * 40,
-            "prepared_dir": prepared_dir,
-            "max_context_length": 256,
-            "max_concurrent_calls": 4,
-        }
-    }
-    m["config"]["rubrics"] = {"r": {"profile": "open-instruct/general-quality"}}
-    m["config"]["judging"] = {"bindings": {"quality": {"judge": "j", "rubric": "r"}}}
+    with_managed_judge(
+        m,
+        "j",
+        port,
+        verifier="quality",
+        prepared_dir=prepared_dir,
+        max_context_length=256,
+        max_concurrent_calls=4,
+    )
     m["config"]["runtime"]["startup_timeout_s"] = 120
-    m["plan"]["placement"]["judges"] = [{"name": "j", "node": 0, "gpus": [], "port": port}]
     return RunConfig.from_contract(parse(m))
 
 

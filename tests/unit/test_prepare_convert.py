@@ -12,6 +12,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("olmo_core")
 
+from compiled_run import compile_manifest  # noqa: E402
+
+from contract.run import RunContract, parse  # noqa: E402
 from runtime.models import load_model, state_checksum  # noqa: E402
 from runtime.prepare import EXIT_USER, _convert  # noqa: E402
 
@@ -28,12 +31,14 @@ def _olmo_core_checkpoint(root: Path, source: str) -> tuple[Path, Path, object]:
     return ckpt, tpl, src
 
 
-def _manifest(ckpt: Path, tpl: Path, engine: str, prepared: Path) -> dict:
+def _manifest(ckpt: Path, tpl: Path, engine: str, prepared: Path) -> RunContract:
+    """A compiled run on the checkpoint (the compiler reads its architecture); the engine
+    and the preparation directory are set afterwards (SGLang runs need GPUs to compile)."""
     model = {"source": str(ckpt), "format": "olmo_core", "hf_template": str(tpl)}
-    return {
-        "config": {"model": model, "inference": {"engine": engine}},
-        "paths": {"prepared": str(prepared)},
-    }
+    m = compile_manifest(prepared.parent / "spec", model=model)
+    m["config"]["inference"]["engine"] = engine
+    m["paths"]["prepared"] = str(prepared)
+    return parse(m)
 
 
 def test_hybrid_moe_checkpoint_loads_with_template_tokenizer(tmp_path: Path) -> None:
