@@ -120,7 +120,7 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "model": manifest["config"]["model"]["source"],
+                "model": contract.config.model.source,
                 "world_size": world,
                 "expert_parallel": args.ep,
                 "kl_coef": args.kl,
