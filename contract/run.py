@@ -24,13 +24,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.canonical import CanonicalError, digest_of
+from contract.env import PIN_ENV, VERIFIED_ENV
 from contract.plan import Plan, Record
 from contract.spec.root import Spec
 
-# Set by the Beaker spec: the digest the job was submitted with.
-PIN_ENV = "RLC_MANIFEST_SHA256"
-# Set by a process that verified the manifest, for the processes it starts.
-VERIFIED_ENV = "RLC_MANIFEST_VERIFIED"
+__all__ = [
+    "PIN_ENV",
+    "VERIFIED_ENV",
+    "ContractError",
+    "RunContract",
+    "parse",
+    "read_pinned",
+    "verified_pin",
+]
 
 
 class ContractError(ValueError):

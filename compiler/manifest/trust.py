@@ -1,7 +1,8 @@
 """Load a manifest the runtime may carry out: every check lint makes, then re-derivation.
 
 The digest is an unkeyed checksum: anyone who edits a manifest can recompute it. So the
-runtime (which imports only this module of the compiler to read manifests) re-checks what
+runtime's entry (`runtime.manifest.verify`, once per run; the processes it starts then only
+check the digest, `contract.run`) re-checks what
 `rlc lint` checks - canonical JSON without duplicate keys, versions, digest, the manifest
 JSON Schema, the rules digest, every rule - and then recomputes everything the compiler
 *derives* (defaults, derived config values, facts, plan, paths, command lines) from the
@@ -31,6 +32,7 @@ from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, render_all
 from compiler.safe_read import MANIFEST_LIMIT, SIGNATURE_LIMIT, read_regular, read_regular_text
+from contract.env import PIN_ENV
 
 __all__ = [
     "DiagnosticError",
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 SIGNING_KEY_ENV = "RLC_SIGNING_KEY"
-DIGEST_ENV = "RLC_MANIFEST_SHA256"
+DIGEST_ENV = PIN_ENV
 SIGNATURE_SUFFIX = ".sig"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _EXPLICIT = ("spec", "override", "recipe")

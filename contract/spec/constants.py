@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from contract.env import PIN_ENV, VERIFIED_ENV
+
 # Builtin random-init models (no download). Sizes feed the plan's memory estimate: the
 # parameter count as built at the tokenizer's vocabulary (``compiler.resolve.builtin_shape`` adds a
 # ``vocab_size`` override; tests/unit/test_memory_estimate.py builds each to check it, with
@@ -145,8 +147,8 @@ RESERVED_ENV = frozenset(
         "RLC_REPLICA_COUNT",
         "RLC_LAUNCH_ID",
         "RLC_MANIFEST",
-        "RLC_MANIFEST_SHA256",
-        "RLC_MANIFEST_VERIFIED",
+        PIN_ENV,
+        VERIFIED_ENV,
         "RLC_COMPILER_CACHE_DIR",
         "RLC_COMPILER_CACHE_SHARED_ROOT",
         "BEAKER_REPLICA_RANK",
