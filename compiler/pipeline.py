@@ -144,7 +144,7 @@ def known_fields(resolved: Any) -> set[str]:
 
 
 def _read(path: Path, shown: str) -> bytes:
-    from compiler.safe_read import SPEC_LIMIT, read_regular
+    from contract.safe_read import SPEC_LIMIT, read_regular
 
     try:
         return read_regular(path, SPEC_LIMIT)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from contract.canonical import CanonicalError, digest_of
 from contract.env import PIN_ENV, VERIFIED_ENV
 from contract.plan import Plan, Record
+from contract.safe_read import MANIFEST_LIMIT, read_regular
 from contract.spec.root import Spec
 
 __all__ = [
@@ -95,8 +96,10 @@ def read_pinned(path: str | Path, pin: str) -> dict[str, Any]:
     body, is its own ``digest`` and equals ``pin`` (the digest verified upstream)."""
     p = Path(path)
     try:
-        manifest = json.loads(p.read_bytes())
-    except (OSError, ValueError) as exc:
+        manifest = json.loads(read_regular(p, MANIFEST_LIMIT))
+    except OSError as exc:
+        raise ContractError(f"{p}: cannot read the manifest: {exc.strerror or exc}") from None
+    except ValueError as exc:
         raise ContractError(f"{p}: cannot read the manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise ContractError(f"{p}: is not a JSON object")

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compiler.safe_read import SPEC_LIMIT, read_regular
+from contract.safe_read import SPEC_LIMIT, read_regular
 
 _VERSION = "rlc-compile-cache-2"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, suggest
 from compiler.emit.reference import FieldDoc, alias_targets, catalog, lookup
-from compiler.safe_read import SPEC_LIMIT, read_regular
+from contract.safe_read import SPEC_LIMIT, read_regular
 
 
 def _rules() -> Any:

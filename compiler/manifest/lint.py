@@ -39,7 +39,6 @@ from typing import Any
 from compiler.diagnostics import Diagnostic, Span
 from compiler.manifest.lint_schema import schema_errors
 from compiler.rules.expr import UNSET
-from compiler.safe_read import MANIFEST_LIMIT, read_regular
 from contract.canonical import (
     CanonicalError,
     canonical_bytes,
@@ -47,6 +46,7 @@ from contract.canonical import (
     load_if_canonical,
     loads_strict,
 )
+from contract.safe_read import MANIFEST_LIMIT, read_regular
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from compiler.diagnostics import Diagnostic, DiagnosticError
-from compiler.safe_read import MANIFEST_LIMIT, read_regular
 from contract.canonical import CanonicalError, canonical_bytes, digest_of
+from contract.safe_read import MANIFEST_LIMIT, read_regular
 
 
 class CompiledSpec(Protocol):

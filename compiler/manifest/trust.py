@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler.diagnostics import Diagnostic, DiagnosticError, Span, render_all
-from compiler.safe_read import MANIFEST_LIMIT, SIGNATURE_LIMIT, read_regular, read_regular_text
 from contract.env import PIN_ENV
+from contract.safe_read import MANIFEST_LIMIT, SIGNATURE_LIMIT, read_regular, read_regular_text
 
 __all__ = [
     "DiagnosticError",

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.safe_read import JSON_LIMIT, read_regular_text
+from contract.safe_read import JSON_LIMIT, read_regular_text
 
 HF_FAMILIES: dict[str, str] = {
     "olmo2": "dense",

@@ -36,7 +36,7 @@ def command(paths: tuple[str, ...], fmt: str, rederive: bool) -> None:
         sys.exit(EXIT_USER)
     reports = [lint_manifest(p) for p in files]
     from compiler.manifest.trust import signature_findings, signing_key
-    from compiler.safe_read import MANIFEST_LIMIT, read_regular
+    from contract.safe_read import MANIFEST_LIMIT, read_regular
 
     key = signing_key()
     if key is not None:  # with a key in the environment every manifest must be signed by it

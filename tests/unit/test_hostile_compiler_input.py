@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from compiler.diagnostics import Diagnostic, SourceMap, Span, render_all
 from compiler.manifest.lint import lint_manifest
 from compiler.pipeline import compile_spec
-from compiler.safe_read import NotReadable, read_regular
 from compiler.spec.secrets import credential_reason
+from contract.safe_read import NotReadable, read_regular
 from rlc_cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,11 +213,19 @@ def test_a_hostile_signature_is_refused_not_read(
     assert result.exit_code == 1, result.output
 
 
-def test_the_runtime_loader_refuses_a_fifo_manifest(tmp_path: Path) -> None:
-    from runtime.manifest import ManifestError, load_verified_manifest
+def test_the_runtime_loader_refuses_a_fifo_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contract.run import VERIFIED_ENV
+    from runtime.manifest import ManifestError, load, verify
 
+    fifo = _fifo(tmp_path / "manifest.json")
     with pytest.raises(ManifestError, match="not a regular file"):
-        load_verified_manifest(_fifo(tmp_path / "manifest.json"))
+        verify(fifo)
+    # a process started by a verified one reads without blocking on it too
+    monkeypatch.setenv(VERIFIED_ENV, "sha256:" + "0" * 64)
+    with pytest.raises(ManifestError, match="not a regular file"):
+        load(fifo)
 
 
 def test_validate_refuses_a_fifo_spec(tmp_path: Path) -> None:
