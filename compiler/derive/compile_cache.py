@@ -42,6 +42,7 @@ def _tool_sources(callers: tuple[Path, ...]) -> list[str | bytes | Path]:
     package = Path(__file__).resolve().parents[1]  # the compiler package
     roots = [
         package,
+        package.parent / "contract",  # the spec models the compile binds to
         *callers,
         resources.schemas_dir(),
         resources.templates_dir(),

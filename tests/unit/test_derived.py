@@ -233,3 +233,13 @@ def test_no_generated_code_is_committed() -> None:
         or "do not edit" in p.read_text(encoding="utf-8")[:400]
     ]
     assert generated == []
+
+
+def test_the_compile_cache_key_covers_the_contract() -> None:
+    """The spec models live in `contract/`: an edit there must change the compile cache key
+    like an edit to the compiler does (a stale compile is never replayed)."""
+    from compiler.derive.compile_cache import _tool_sources
+
+    files = {p for p in _tool_sources(()) if isinstance(p, Path)}
+    assert ROOT / "contract" / "spec" / "inference.py" in files
+    assert ROOT / "contract" / "plan.py" in files
