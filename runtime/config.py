@@ -14,7 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.defaults import default_of
 from contract.run import ContractError, RunContract, RunPaths
+from contract.spec.teacher import DistillationSection
 
 if TYPE_CHECKING:
     from contract.plan import Placement, Plan
@@ -90,9 +92,9 @@ class TeacherConfig:
     gpus: tuple[int, ...]
     device: str
     max_running_requests: int
-    loss: str
-    coef: float
-    reward_weight: float
+    loss: str = default_of(DistillationSection, "loss")
+    coef: float = default_of(DistillationSection, "coef")
+    reward_weight: float = default_of(DistillationSection, "reward_weight")
 
 
 def teacher_of(contract: RunContract) -> TeacherConfig | None:
@@ -210,9 +212,6 @@ class RunConfig:
     def from_contract(
         cls, contract: RunContract, manifest_path: str | Path | None = None
     ) -> RunConfig:
-        algorithm = contract.config.training.algorithm
-        if algorithm != "grpo":  # the rules refuse it too; never run something else
-            raise ConfigError(f"training.algorithm = {algorithm!r} is not implemented here")
         return cls(
             contract=contract,
             paths=Paths.from_contract(contract.paths),

@@ -626,9 +626,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _print_bench(cfg: Any) -> None:
     """The phase table on stderr (beside the run's own lines), the numbers as bench.json."""
-    from runtime.bench import bench, run_gpus, table
+    from runtime.bench import bench, table
 
-    data = bench(cfg.paths.root, run_gpus(cfg.placement.raw))
+    data = bench(cfg.paths.root, max(cfg.placement.used_gpus, 1))
     (cfg.paths.root / "bench.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(table(data), file=sys.stderr, flush=True)
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from runtime.engines.sglang import set_flag
 
 if TYPE_CHECKING:
-    from runtime.config import ClientSettings, TeacherConfig
+    from runtime.config import TeacherConfig
+    from runtime.engines.client import ClientSettings
     from runtime.node import Node
     from runtime.rollout.types import Sample
 
@@ -61,7 +62,7 @@ def start_teacher(runner: Node) -> str | None:
     url = f"http://127.0.0.1:{port}"
     runner.sup.wait_ready(
         "teacher",
-        lambda: healthy(url, cfg.runtime.client.health_timeout_s),
+        lambda: healthy(url, cfg.runtime.health_timeout_s),
         cfg.runtime.startup_timeout_s,
     )
     return url

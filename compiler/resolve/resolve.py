@@ -78,6 +78,7 @@ FIELD_TREE_READS = (
     "resolve/__init__.py",
     "resolve/resolve.py",
     "resolve/provenance.py",
+    "resolve/transport.py",
     "spec/bind.py",
     "spec/model_source.py",
     "parse/__init__.py",

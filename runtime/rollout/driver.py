@@ -347,7 +347,7 @@ def _make_episodes(cfg: RunConfig, tokenizer: Any, concurrency: int) -> Any:
     """The multi-turn episode runner of ``[environment]``; None for single-turn rollouts."""
     from runtime.rollout.environment import Environment
 
-    env = Environment.from_config(cfg.config)
+    env = Environment.from_contract(cfg.spec.environment)
     if not env.multi_turn:
         return None
     from runtime.rollout.multiturn import EpisodeRunner, make_codec
@@ -762,7 +762,10 @@ def _make_teacher(cfg: RunConfig, runner: Node) -> Any:
     url = runner.teacher_url
     if not url:
         raise RuntimeError("training.algorithm = 'opd' but no teacher server was started")
-    return TeacherScorer(url, cfg.runtime.client, concurrency=cfg.teacher.max_running_requests)
+    from runtime.engines.client import ClientSettings
+
+    client = ClientSettings.from_contract(cfg.runtime)
+    return TeacherScorer(url, client, concurrency=cfg.teacher.max_running_requests)
 
 
 def _checkpointing(cfg: RunConfig) -> bool:

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contract.defaults import default_of
+from contract.spec.environment import EnvironmentSection
+
 TOOLS = ("calculator", "python")
 STOPS = ("no_tool_call", "final_answer")
 TRAILING_CHARS = 3  # a BPE token may end a few characters after a closing tag
@@ -26,17 +29,24 @@ class ToolCall:
     arguments: str
 
 
+def _spec(name: str) -> Any:
+    default = default_of(EnvironmentSection, name)
+    return tuple(default) if isinstance(default, list) else default
+
+
 @dataclass(frozen=True)
 class Environment:
-    max_turns: int = 1
-    tools: tuple[str, ...] = ()
-    call_open: str = "<{tool}>"
-    call_close: str = "</{tool}>"
-    result_template: str = "<output>{output}</output>"
-    stop: str = "no_tool_call"
-    final_answer_pattern: str | None = None
-    max_tool_output_chars: int = 256
-    tool_timeout_s: float = 10.0
+    """``[environment]`` (defaults are the spec's, `contract.defaults`)."""
+
+    max_turns: int = _spec("max_turns")
+    tools: tuple[str, ...] = _spec("tools")
+    call_open: str = _spec("call_open")
+    call_close: str = _spec("call_close")
+    result_template: str = _spec("result_template")
+    stop: str = _spec("stop")
+    final_answer_pattern: str | None = _spec("final_answer_pattern")
+    max_tool_output_chars: int = _spec("max_tool_output_chars")
+    tool_timeout_s: float = _spec("tool_timeout_s")
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.tools if t not in TOOLS]
@@ -50,6 +60,12 @@ class Environment:
             raise ValueError("environment.max_turns must be at least 1")
         if "{output}" not in self.result_template:
             raise ValueError("environment.result_template must contain {output}")
+
+    @classmethod
+    def from_contract(cls, env: EnvironmentSection) -> Environment:
+        """The run's environment: every field from the contract's section."""
+        fields = {**env.model_dump(), "tools": tuple(env.tools)}
+        return cls(**fields)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Environment:

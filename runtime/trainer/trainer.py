@@ -176,8 +176,17 @@ def contract_settings(run: RunContract) -> dict[str, Any]:
         max_row_tokens=max(trainer.packing_max_tokens or 0, ctx),
         attention_backend=trainer.attention_backend,
         startup_timeout_s=float(required(c.runtime.startup_timeout_s, "runtime.startup_timeout_s")),
+        distill=_distill_config(c),
     )
     return kw
+
+
+def _distill_config(c: Spec) -> DistillConfig | None:
+    """The distillation loss of an ``opd`` run (None for GRPO)."""
+    if c.training.algorithm != "opd":
+        return None
+    d = c.distillation
+    return DistillConfig(loss=d.loss, coef=d.coef, reward_weight=d.reward_weight)
 
 
 def _fp32_lm_head(model: torch.nn.Module) -> None:

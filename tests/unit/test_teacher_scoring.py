@@ -12,7 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 httpx = pytest.importorskip("httpx")
 
-from runtime.config import ClientSettings, TeacherConfig  # noqa: E402
+from runtime.config import TeacherConfig  # noqa: E402
+from runtime.engines.client import ClientSettings  # noqa: E402
 from runtime.engines.embedded.launch import start_embedded  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
 from runtime.rollout.types import Sample  # noqa: E402
