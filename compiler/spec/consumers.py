@@ -219,6 +219,10 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.radix_cache": (_ENGINE_ARGV,),
     "inference.cuda_graph_decode": (_ENGINE_ARGV,),
     "inference.cuda_graph_max_bs": (_ENGINE_ARGV,),
+    "inference.max_mamba_cache_size": (
+        "argv:compiler.resolve.argv:embedded_engine_argv",
+        "argv:compiler.resolve.argv:sglang_engine_argv",
+    ),
     "inference.chunked_prefill_size": (_ENGINE_ARGV,),
     "inference.seed": (_ENGINE_ARGV,),
     # [optimizer]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +82,14 @@ def test_substitute_refuses_what_it_cannot_substitute(argv: list[str], kw: Any) 
 
 
 def test_seed_and_token_pool_reach_the_engine_command_lines() -> None:
-    from runtime.config import from_manifest
+    from contract.run import parse
+    from runtime.config import RunConfig
     from runtime.launch_argv import engine_process
 
-    cfg = from_manifest(_manifest("inference.seed=99", "inference.max_total_tokens=64"))
+    m = _manifest("inference.seed=99", "inference.max_total_tokens=64")
+    cfg = RunConfig.from_contract(parse(m))
     for e in cfg.placement.engines:
-        argv, _ = engine_process(cfg, replace(e, port=40000 + e.id))
+        argv, _ = engine_process(cfg, e.model_copy(update={"port": 40000 + e.id}))
         assert _flag(argv, "--random-seed") == "99" and _flag(argv, "--max-total-tokens") == "64"
         assert argv[2:] == list(cfg.engine_argv[e.id][2:4]) + argv[4:]
         assert argv[0] == sys.executable
@@ -128,21 +129,21 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
     """The node starts engines and router exactly as compiled (``ps`` shows the manifest's
     argv); the engines run with the seed and KV token pool of the spec."""
     pytest.importorskip("torch")
-    from runtime.config import from_manifest
+    from contract.run import parse
+    from runtime.config import RunConfig
     from runtime.execute import NodeRunner
     from runtime.launch_argv import engine_process
     from runtime.placement import node_identity, roles_for
     from runtime.registry import LocalRegistry
 
     def start(seed: int, *extra: str) -> NodeRunner:
-        cfg = from_manifest(
-            _manifest(
-                f"inference.seed={seed}",
-                "inference.max_total_tokens=128",
-                *extra,
-                tmp=tmp_path / str(seed),
-            )  # fmt: skip
+        manifest = _manifest(
+            f"inference.seed={seed}",
+            "inference.max_total_tokens=128",
+            *extra,
+            tmp=tmp_path / str(seed),
         )
+        cfg = RunConfig.from_contract(parse(manifest))
         ident = node_identity({})
         runner = NodeRunner(cfg, roles_for(cfg.placement, ident), ident)
         runner.registry = LocalRegistry()
@@ -189,10 +190,10 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
 
 
 def test_the_backend_is_chosen_once_from_inference_engine() -> None:
-    from runtime.config import EnginePlacement
+    from contract.plan import PlacedEngine
     from runtime.engines.backend import backend_for
 
-    on_gpus = EnginePlacement(id=1, node=0, port=1, gpus=(2, 3))
+    on_gpus = PlacedEngine(id=1, node=0, port=1, gpus=[2, 3], device="cuda")
     embedded, sglang = backend_for("embedded"), backend_for("sglang")
     assert embedded.env(on_gpus) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert sglang.env(on_gpus)["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"

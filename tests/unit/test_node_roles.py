@@ -27,8 +27,6 @@ def ident(rank: int, count: int):
 
 
 def test_multinode_cpu_roles_argv_env() -> None:
-    from dataclasses import replace
-
     from runtime.launch.local_nodes import node_env
     from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, roles_for
@@ -47,7 +45,7 @@ def test_multinode_cpu_roles_argv_env() -> None:
     }
     i1 = ident(1, 2)
     assert (i1.address, i1.leader_host, i1.registry_port) == ("127.0.1.2", "127.0.1.1", 4242)
-    argv, env = engine_process(cfg, replace(cfg.placement.engines[1], port=40001))
+    argv, env = engine_process(cfg, cfg.placement.engines[1].model_copy(update={"port": 40001}))
     assert env == {}
     assert argv[1:3] == ["-m", "runtime.engines.embedded"]
     assert argv[argv.index("--port") + 1] == "40001" and argv.count("--port") == 1
@@ -57,8 +55,6 @@ def test_multinode_cpu_roles_argv_env() -> None:
 
 
 def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
-    from dataclasses import replace
-
     from runtime.launch_argv import engine_process
     from runtime.placement import engine_env, node_identity, roles_for
 
@@ -78,7 +74,7 @@ def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
     ]
     for e in roles[3].engines:
         assert engine_env(e) == {"CUDA_VISIBLE_DEVICES": str(e.id - 8)}
-        argv, _ = engine_process(cfg, replace(e, port=41000 + e.id))
+        argv, _ = engine_process(cfg, e.model_copy(update={"port": 41000 + e.id}))
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert argv[argv.index("--port") + 1] == str(41000 + e.id)
         flags = [a for a in argv if a.startswith("--")]
@@ -123,14 +119,12 @@ def _py(argv: list[str]) -> list[str]:
 def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     """The whole command line and environment each role gets, on the node the plan gives
     it, with the addresses and ports that node really has (what the registry carries)."""
-    from dataclasses import replace
-
     from runtime.launch_argv import engine_process, router_process
     from runtime.placement import engine_env, node_identity, roles_for
     from runtime.trainer.ranks import rank_env
 
     cpu = config("multinode-cpu.toml")
-    argv, env = engine_process(cpu, replace(cpu.placement.engines[1], port=40002))
+    argv, env = engine_process(cpu, cpu.placement.engines[1].model_copy(update={"port": 40002}))
     assert (_py(argv), env) == ([
         "python", "-m", "runtime.engines.embedded", "--model-path", "builtin:tiny",
         "--host", "0.0.0.0", "--port", "40002", "--device", "cpu", "--dtype", "float32",
@@ -160,7 +154,7 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     node2 = roles_for(gpu.placement, node_identity({**env, "BEAKER_REPLICA_RANK": "2"}))
     e1 = node2.engines[1]
     assert (e1.id, engine_env(e1)) == (1, {"CUDA_VISIBLE_DEVICES": "1"})
-    argv, env = engine_process(gpu, replace(e1, port=41001))
+    argv, env = engine_process(gpu, e1.model_copy(update={"port": 41001}))
     assert env == {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false", "CUDA_VISIBLE_DEVICES": "1"}
     assert _py(argv) == [
         "python", "-m", "sglang.launch_server",
