@@ -78,7 +78,10 @@ def teacher_facts(
 
     t, m = config["teacher"], config["model"]
     source = str(t["source"])
-    info = model_source.inspect(source, t["format"], t["hf_template"], source, fresh=False)
+    # the teacher scores the student's token ids: its own chat template is never rendered
+    info = model_source.inspect(
+        source, t["format"], t["hf_template"], source, fresh=False, needs_template=False
+    )
     shape = builtin_info(source) if source.startswith("builtin:") else dict(info.shape)
     tokenizers, vocabs = _mismatch(m, t, student_info or student_shape, shape)
     return {

@@ -249,13 +249,15 @@ def _has_chat_template(path: str) -> bool:
     return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
 
 
-def _tokenizer_problem(path: str, what: str, named: str | None = None) -> str:
+def _tokenizer_problem(
+    path: str, what: str, named: str | None = None, needs_template: bool = True
+) -> str:
     if not os.path.isfile(os.path.join(path, "tokenizer.json")):
         return f"no tokenizer.json in {what} (the tokenizer travels with the model)"
     if named and named.endswith(".jinja"):
         _note(named)
         return "" if os.path.isfile(named) else f"model.chat_template {named} does not exist"
-    if not named and not _has_chat_template(path):
+    if needs_template and not named and not _has_chat_template(path):
         return (
             f"no chat template in {what} (chat_template.jinja, additional_chat_templates/ or "
             "tokenizer_config.json's chat_template): prompts would be formatted in a layout "
@@ -273,6 +275,7 @@ def inspect(
     chat_template: str | None = None,
     *,
     fresh: bool = True,
+    needs_template: bool = True,
 ) -> SourceInfo:
     """Check a (resolved) ``model.source`` directory; builtins and unreadable paths pass,
     except a missing one ``written`` in the spec as a Hub id (``owner/name``).
@@ -320,7 +323,9 @@ def inspect(
         recurrent = int("gated_delta" in text or "gateddeltanet" in text)
         template = ""
         if hf_template and os.path.isdir(hf_template):
-            template = _tokenizer_problem(hf_template, "model.hf_template", chat_template)
+            template = _tokenizer_problem(
+                hf_template, "model.hf_template", chat_template, needs_template
+            )
         elif hf_template and os.path.exists(hf_template):
             template = "model.hf_template is not a directory"
         return SourceInfo(problem, family, export, template, recurrent_layers=recurrent)
@@ -328,7 +333,9 @@ def inspect(
     if not problem and not _has_weights(source):
         problem = "no *.safetensors weights (only safetensors checkpoints are read)"
     if not problem:
-        problem = _tokenizer_problem(source, "the checkpoint directory", chat_template)
+        problem = _tokenizer_problem(
+            source, "the checkpoint directory", chat_template, needs_template
+        )
     if problem:
         return SourceInfo(problem=problem)
     family = HF_FAMILIES.get(str(cfg.get("model_type")), "")
