@@ -12,6 +12,10 @@ tool by closing the call (``[environment]``'s default syntax) or answers on its 
 
 from __future__ import annotations
 
+from typing import get_args
+
+from contract.spec.data import PromptWrapper
+
 BOXED_SUFFIX = "\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 GSM8K_SUFFIX = '\n\nLet\'s think step by step and output the final answer after "####".'
 CODE_PREFIX = (
@@ -33,16 +37,8 @@ RLZERO_ANSWER_SUFFIX = (
     "\n\nThink step by step, then give your final answer at the end as \\boxed{ANSWER}."
 )
 
-WRAPPERS: tuple[str, ...] = (
-    "none",
-    "auto",
-    "boxed",
-    "open_instruct_rlzero_answer",
-    "gsm8k",
-    "rlzero",
-    "code",
-    "calculator_call",
-)
+# The wrapper names are declared once, in the spec contract's `PromptWrapper`.
+WRAPPERS: tuple[str, ...] = get_args(PromptWrapper)
 
 # What ``auto`` means for each task.
 AUTO: dict[str, str] = {
