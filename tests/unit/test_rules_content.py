@@ -554,6 +554,11 @@ CASES: list[tuple[str, str, str]] = [
         "[optimizer]\nsteps_per_collection = 1\n",
     ),
     (
+        "batch-steps-limit",
+        "[inference]\nprompts_per_collection = 64\nsamples_per_prompt = 8\nglobal_batch_size = 4  # <-\n",
+        "[inference]\nprompts_per_collection = 64\nsamples_per_prompt = 8\nglobal_batch_size = 64\n",
+    ),
+    (
         "lengths-response-below-context",
         "[inference]\nmax_context_length = 64\nmax_response_length = 64  # <-\n",
         "[inference]\nmax_context_length = 64\nmax_response_length = 32\n",
