@@ -59,7 +59,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "runtime.execute",
+                "runtime.entrypoints.execute",
                 str(manifest),
                 "--resume",
                 "never",

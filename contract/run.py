@@ -3,7 +3,7 @@ directory layout and the command lines, typed by the contract's models.
 
 Two ways in, one for each kind of process:
 
-* the entry of a run (``python -m runtime.execute``, ``rlc run``) verifies the manifest once
+* the entry of a run (``python -m runtime.entrypoints.execute``, ``rlc run``) verifies the manifest once
   through the compiler (`compiler.manifest.trust`: digest, signature, schema, rules,
   re-derivation), then `parse`s it here and marks its environment (`VERIFIED_ENV`), so
 * every process it starts (trainer ranks, evaluators, preparation, node processes) reads

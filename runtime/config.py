@@ -164,7 +164,7 @@ def judge_bindings(spec: Spec, placement: Placement) -> dict[str, JudgeBinding]:
 
     An external judge is reached at its endpoint; a managed one at the port the compiled
     placement gave it (loopback; a node on another machine is found through the registry,
-    `runtime.execute.with_judge_urls`). The rules guarantee every name resolves.
+    `runtime.entrypoints.execute.with_judge_urls`). The rules guarantee every name resolves.
     """
     placed = {j.name: j for j in placement.judges}
     out: dict[str, JudgeBinding] = {}

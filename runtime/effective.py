@@ -1,10 +1,10 @@
-"""What a manifest runs, without running it: ``python -m runtime.execute M --print-effective``.
+"""What a manifest runs, without running it: ``python -m runtime.entrypoints.execute M --print-effective``.
 
 Every component's typed settings (the ``RunConfig`` objects the runtime hands them, dumped
 generically: dataclasses and pydantic models become JSON; the untyped ``raw`` pass-through
 sections are left out, so a field shows here only through a typed setting) and every
 process's command line and environment exactly as this node would start it (the
-substitutions of ``runtime.launch_argv``, with the compiled ports in place of the ones a
+substitutions of ``runtime.node.launch_argv``, with the compiled ports in place of the ones a
 node picks at start-up). Nothing starts; the trainer's settings type is the one torch import.
 """
 
@@ -44,7 +44,7 @@ def jsonable(value: Any) -> Any:
 
 def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[str, dict[str, Any]]:
     """name -> {"argv", "env"} of every process the manifest's nodes start."""
-    from runtime.launch_argv import engine_process, router_process, substitute
+    from runtime.node.launch_argv import engine_process, router_process, substitute
 
     out: dict[str, dict[str, Any]] = {}
     urls = []
@@ -61,7 +61,7 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
             "env": {},
         }
     from runtime.engines.sglang import sglang_installed
-    from runtime.judges import planned_judges
+    from runtime.node.judges import planned_judges
 
     # managed judges: built on the node (SGLang where this node has it, else the embedded
     # engine), not yet compiled into the manifest

@@ -1,7 +1,7 @@
 """The runtime's one door to a manifest: verified once per run, parsed into the typed
 contract everywhere.
 
-`verify` is what the entry of a run calls (``python -m runtime.execute``, ``rlc run``, a
+`verify` is what the entry of a run calls (``python -m runtime.entrypoints.execute``, ``rlc run``, a
 preparation or evaluator job started on its own): every check `rlc lint` makes plus the
 re-derivation, through the compiler's contract module `compiler.manifest.trust` (the one
 place the runtime reaches the compiler). It then marks the process environment with the

@@ -3,7 +3,7 @@
 Compiles ``specs/examples/gpu-dense.toml`` (or ``gpu-moe.toml`` with ``--moe``) with
 ``trainer.gpus = --gpus`` and ``trainer.expert_parallel = --ep`` (``--kl``: a KL term, so the
 frozen reference is sharded and run too), then builds trainer rank 0
-exactly as ``runtime.execute`` does (``runtime.trainer.ranks.lead_trainer``: the other ranks
+exactly as ``runtime.entrypoints.execute`` does (``runtime.trainer.ranks.lead_trainer``: the other ranks
 are started by torch elastic and follow rank 0) and times ``train_step`` on the batch of
 ``benchmarks/trainer_step.py`` (32 samples of 512 + ~1536 tokens, rows of <= 8192 tokens).
 World 1 compares with docs/benchmarks.md, GPU round two, section 2 (GRPO
@@ -97,7 +97,9 @@ def main() -> int:
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     with tempfile.TemporaryDirectory(prefix="rlc-ranks-") as tmp:
         path = compile_manifest(spec, sets, Path(tmp))
-        contract = verify(path)  # as runtime.execute: once, the follower ranks check the digest
+        contract = verify(
+            path
+        )  # as runtime.entrypoints.execute: once, the follower ranks check the digest
         t0 = time.perf_counter()
         trainer = lead_trainer(contract, path, Path(tmp) / "logs")
         startup_s = time.perf_counter() - t0

@@ -239,7 +239,7 @@ def render_beaker(
         task_name=manifest["name"],
         script=_script(
             manifest_text,
-            ["python", "-m", "runtime.execute", MANIFEST_PATH],
+            ["python", "-m", "runtime.entrypoints.execute", MANIFEST_PATH],
             "run.log",
             signature,
         ),
@@ -259,7 +259,7 @@ def render_beaker(
             task_name=f"{manifest['name']}-prepare",
             script=_script(
                 manifest_text,
-                ["python", "-m", "runtime.prepare", MANIFEST_PATH],
+                ["python", "-m", "runtime.entrypoints.prepare", MANIFEST_PATH],
                 "prepare.log",
                 signature,
             ),
@@ -283,7 +283,7 @@ def render_beaker(
                 [
                     "python",
                     "-m",
-                    "runtime.evaluate",
+                    "runtime.entrypoints.evaluate",
                     MANIFEST_PATH,
                     "--update",
                     EVAL_UPDATE_PLACEHOLDER,

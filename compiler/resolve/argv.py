@@ -1,7 +1,7 @@
 """Command lines the runtime starts: SGLang (or embedded) engines, sglang-router, trainer.
 
 The runtime runs these as they stand, with the substitutions of
-``runtime.launch_argv.substitute``: ``python`` -> its interpreter, ``{manifest}`` -> the
+``runtime.node.launch_argv.substitute``: ``python`` -> its interpreter, ``{manifest}`` -> the
 manifest path, ``{host:N}`` -> the address of node N (engines on the router's node use
 127.0.0.1), and the ports its node picks in place of the compiled ``--port``,
 ``--prometheus-port`` and ``--worker-urls`` values.
@@ -164,7 +164,7 @@ def engine_argv(
     config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]
 ) -> list[list[str]]:
     """One command line per engine; the runtime runs each as it stands (``{manifest}``,
-    the interpreter and the ports its node picks substituted: ``runtime.launch_argv``)."""
+    the interpreter and the ports its node picks substituted: ``runtime.node.launch_argv``)."""
     host = _bind_host(plan)
     if config["inference"]["engine"] == "embedded":
         return [embedded_engine_argv(config, e, host) for e in plan["placement"]["engines"]]
@@ -223,7 +223,7 @@ def router_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 
 
 def trainer_argv() -> list[str]:
-    return ["python", "-m", "runtime.execute", "{manifest}"]
+    return ["python", "-m", "runtime.entrypoints.execute", "{manifest}"]
 
 
 def teacher_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:

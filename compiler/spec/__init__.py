@@ -18,7 +18,7 @@ Where the manifest deviates from / extends briefs/contract.md (`contract.plan` a
   spec's directory *as the spec path was given* and normalized, so they are cwd-relative
   when ``rlc compile`` got a relative spec path (see compiler/resolve/resolve.py and
   docs/support.md "Paths in manifests"); absolute only when the spec path or value is.
-* ``commands.trainer_argv`` is ``python -m runtime.execute {manifest}``; ``{manifest}`` and
+* ``commands.trainer_argv`` is ``python -m runtime.entrypoints.execute {manifest}``; ``{manifest}`` and
   ``{host:N}`` (engine URLs on other nodes in ``router_argv``) are placeholders.
 * ``plan.placement`` also has ``judges``, ``replicas``, ``gpus_per_replica``,
   ``allocated_gpus``, ``used_gpus``, ``unused_gpus``, ``policy_gpus``, ``judge_gpus``,

@@ -38,16 +38,16 @@ _ENV = "runtime:runtime.rollout.environment:Environment.from_config"
 CONSUMERS: dict[str, tuple[str, ...]] = {
     # top level
     "schema_version": ("compile:selects the spec schema the document is bound against",),
-    "name": ("runtime:runtime.evaluate:evaluate", _BEAKER),
+    "name": ("runtime:runtime.entrypoints.evaluate:evaluate", _BEAKER),
     "recipe": ("compile:a named recipe layered under the spec's own values at resolve time",),
     "description": ("compile:free text kept in the manifest for people",),
     # [model]
     "model.source": (_TRAINER, _ENGINE_ARGV),
     "model.format": (
-        "runtime:runtime.prepare:main",
+        "runtime:runtime.entrypoints.prepare:main",
         "beaker:compiler.emit.beaker:_needs_preparation",
     ),
-    "model.hf_template": ("runtime:runtime.prepare:_convert", _TRAINER, _ENGINE_ARGV),
+    "model.hf_template": ("runtime:runtime.entrypoints.prepare:_convert", _TRAINER, _ENGINE_ARGV),
     "model.chat_template": (_TRAINER,),
     "model.architecture": (_TRAINER, _SGLANG_ARGV),
     "model.dtype": (
@@ -108,7 +108,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "compile:derives runtime.startup_timeout_s, the runtime's bound on coordinated starts",
     ),
     "launch.coordination.heartbeat_timeout": (
-        "runtime:runtime.execute:NodeRunner.start_heartbeats",
+        "runtime:runtime.entrypoints.execute:NodeRunner.start_heartbeats",
     ),
     # [training]
     "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run",),
@@ -172,7 +172,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.router_replay": (_TRAINER, _SGLANG_ARGV),
     # [inference]
     "inference.engine": (
-        "runtime:runtime.launch_argv:engine_process",
+        "runtime:runtime.node.launch_argv:engine_process",
         "argv:compiler.resolve.argv:engine_argv",
     ),
     "inference.placement": (
@@ -187,7 +187,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.num_engines": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",
     ),
-    "inference.router": ("runtime:runtime.execute:NodeRunner.start_router",),
+    "inference.router": ("runtime:runtime.entrypoints.execute:NodeRunner.start_router",),
     "inference.router_policy": ("runtime:runtime.engines.router:RouterSettings.from_contract",),
     "inference.router_cache_threshold": (
         "runtime:runtime.engines.router:RouterSettings.from_contract",
@@ -305,18 +305,18 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "judges": ("runtime:runtime.config:judge_bindings",),
     "judges.*.mode": ("runtime:runtime.config:judge_bindings",),
     "judges.*.model": ("runtime:runtime.config:judge_bindings",),
-    "judges.*.max_context_length": ("runtime:runtime.judges:ManagedJudge.argv",),
+    "judges.*.max_context_length": ("runtime:runtime.node.judges:ManagedJudge.argv",),
     "judges.*.max_concurrent_calls": ("runtime:runtime.config:judge_bindings",),
     "judges.*.timeout": ("runtime:runtime.config:judge_bindings",),
     "judges.*.endpoint": ("runtime:runtime.config:judge_bindings",),
     "judges.*.gpus": (
         "compile:places the managed judge on GPUs (plan.placement.judges)",
-        "runtime:runtime.judges:ManagedJudge.env",
+        "runtime:runtime.node.judges:ManagedJudge.env",
     ),
-    "judges.*.revision": ("runtime:runtime.judges:ManagedJudge.argv",),
-    "judges.*.prepared_dir": ("runtime:runtime.judges:ManagedJudge.argv",),
+    "judges.*.revision": ("runtime:runtime.node.judges:ManagedJudge.argv",),
+    "judges.*.prepared_dir": ("runtime:runtime.node.judges:ManagedJudge.argv",),
     "judges.*.chat_template": ("runtime:runtime.rewards.judge:JudgeVerifier._complete",),
-    "judges.*.context_extension": ("runtime:runtime.judges:ManagedJudge.argv",),
+    "judges.*.context_extension": ("runtime:runtime.node.judges:ManagedJudge.argv",),
     "rubrics": ("runtime:runtime.config:judge_bindings",),
     "rubrics.*.profile": ("runtime:runtime.config:judge_bindings",),
     "rubrics.*.max_response_tokens": ("runtime:runtime.config:judge_bindings",),
@@ -340,12 +340,12 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "evaluation.budget": (_EVAL_JOB,),
     "evaluation.submit_timeout": ("runtime:runtime.rollout.driver:_background_evaluator",),
     "evaluation.timeout": (_EVAL_JOB,),
-    "evaluation.server_args": ("runtime:runtime.evaluate:_start_engine",),
-    "evaluation.tasks": ("runtime:runtime.evaluate:due_tasks",),
+    "evaluation.server_args": ("runtime:runtime.entrypoints.evaluate:_start_engine",),
+    "evaluation.tasks": ("runtime:runtime.entrypoints.evaluate:due_tasks",),
     "evaluation.tasks.[].task": ("runtime:runtime.data.eval_tasks:load_eval_task",),
-    "evaluation.tasks.[].interval": ("runtime:runtime.evaluate:due_tasks",),
-    "evaluation.tasks.[].generation": ("runtime:runtime.evaluate:evaluate",),
-    "evaluation.tasks.[].scoring": ("runtime:runtime.evaluate:due_tasks",),
+    "evaluation.tasks.[].interval": ("runtime:runtime.entrypoints.evaluate:due_tasks",),
+    "evaluation.tasks.[].generation": ("runtime:runtime.entrypoints.evaluate:evaluate",),
+    "evaluation.tasks.[].scoring": ("runtime:runtime.entrypoints.evaluate:due_tasks",),
     # [tracking]
     "tracking.metrics_path": (
         "compile:derives paths.metrics, the file the runtime writes (runtime.config.Paths)",
@@ -373,7 +373,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "runtime.retry_backoff_s": ("runtime:runtime.engines.client:EngineClient",),
     "runtime.group_retries": ("runtime:runtime.engines.client:EngineClient",),
     "runtime.startup_timeout_s": (
-        "runtime:runtime.execute:NodeRunner.start_engines",
+        "runtime:runtime.entrypoints.execute:NodeRunner.start_engines",
         "rule:startup-timeout-moved",
     ),
     "runtime.publish_timeout_s": ("runtime:runtime.rollout.driver:_distributed_publisher",),

@@ -57,7 +57,7 @@ class EvaluationSection(Section):
     revision: str | None = fld(
         None,
         description="background: olmo-eval commit (40 hex) in the reference system; rejected "
-        "here: evaluator jobs run runtime.evaluate from the image (pin it with evaluation.image)",
+        "here: evaluator jobs run runtime.entrypoints.evaluate from the image (pin it with evaluation.image)",
         pattern=r"^[0-9a-f]{40}$",
     )
     gpus: int = fld(1, description="background: GPUs per evaluator job", ge=1, le=8)

@@ -24,7 +24,7 @@ def command(run_dir: Path, out: Path, step: int | None) -> None:
     """Export a run's newest (or --step N) complete checkpoint as an HF checkpoint."""
     from compiler.diagnostics import Diagnostic, DiagnosticError
     from rlc_cli.extras import require_extra
-    from runtime.export import ExportError, check_export, export_run
+    from runtime.entrypoints.export import ExportError, check_export, export_run
 
     try:
         check_export(run_dir, out, step)  # argument errors before torch is imported

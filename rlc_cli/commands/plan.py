@@ -19,7 +19,7 @@ from rlc_cli.commands._spec_opts import report, run_compile, spec_options
     "--effective",
     is_flag=True,
     help="Print every component's settings and every process's argv/env as the runtime "
-    "would use them (JSON, as `python -m runtime.execute MANIFEST --print-effective`).",
+    "would use them (JSON, as `python -m runtime.entrypoints.execute MANIFEST --print-effective`).",
 )
 @guarded
 def command(

@@ -2,7 +2,7 @@
 
 A spec is compiled exactly as ``rlc compile`` would; the manifest is written under
 ``<output.root>/manifests/`` by content digest (manifests are immutable, so a run with
-other ``--set`` values gets its own file), then ``python -m runtime.execute`` runs it
+other ``--set`` values gets its own file), then ``python -m runtime.entrypoints.execute`` runs it
 in a child process. The compiler never imports the runtime: the runtime's own exit code
 (0 done, 2 unusable manifest, 3 runtime failure) is passed through.
 """
@@ -61,7 +61,7 @@ def run_manifest(
     bench: bool = False,
     stamps: dict[str, str] | None = None,
 ) -> int:
-    """Run ``python -m runtime.execute`` (or one per simulated node) and return its exit code.
+    """Run ``python -m runtime.entrypoints.execute`` (or one per simulated node) and return its exit code.
 
     Ctrl-C reaches the child too (same process group); we wait for it to save and stop.
     """
@@ -69,7 +69,7 @@ def run_manifest(
         argv = [sys.executable, "-m", "runtime.launch.local_nodes", str(path)]
         argv += ["--nodes", str(local_nodes)]
     else:
-        argv = [sys.executable, "-m", "runtime.execute", str(path)]
+        argv = [sys.executable, "-m", "runtime.entrypoints.execute", str(path)]
     if resume:
         argv += ["--resume", resume]
     if not progress and not local_nodes:

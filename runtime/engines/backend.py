@@ -4,7 +4,7 @@ The runtime picks the backend once, from ``inference.engine`` (``backend_for``),
 instead of comparing engine names: the environment an engine process gets, the weight
 names and snapshot format it loads, how many ranks of a distributed weight-update group one
 engine holds, and how the start-up weight audit reads its weights back. The command line
-itself is the manifest's (``runtime.launch_argv``); each backend's module documents the
+itself is the manifest's (``runtime.node.launch_argv``); each backend's module documents the
 options its server honours. One module per backend: ``runtime.engines.embedded.backend``
 and ``runtime.engines.sglang``.
 """

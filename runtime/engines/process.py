@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from runtime.failure import cause_from_log, describe_exit, shown_path
+from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
 
 class ServerStartError(RuntimeError):

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from contract.spec.inference import InferenceSection
-from runtime.failure import cause_from_log, describe_exit, shown_path
+from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
 from .process import ServerProcess, ServerStartError
 

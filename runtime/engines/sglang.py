@@ -134,7 +134,7 @@ class SGLangBackend:
     checksum_audit: bool = False
 
     def env(self, engine: Any) -> dict[str, str]:
-        from runtime.placement import engine_env
+        from runtime.node.placement import engine_env
 
         return {**DEFAULT_ENV, **({} if engine is None else engine_env(engine))}
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from runtime.executor.settings import ExecutorSettings
-from runtime.failure import cause_from_text, exit_status
+from runtime.node.failure import cause_from_text, exit_status
 
 _READY_PREFIX = "rlc-executor listening on "
 

@@ -3,7 +3,7 @@
 With ``evaluation.mode = "background"`` the trainer never evaluates itself: at update 0
 (``evaluation.initial``), every ``evaluation.interval`` updates (or a task's own
 interval) and at the final update (``evaluation.final``) it writes the weights to
-``paths.eval_snapshots/update-NNNNNN`` and submits ``python -m runtime.evaluate``:
+``paths.eval_snapshots/update-NNNNNN`` and submits ``python -m runtime.entrypoints.evaluate``:
 
 * on Beaker (``BEAKER_JOB_ID`` is set, or ``RLC_EVAL_SUBMIT=beaker``): the compiled
   ``evaluator.yaml`` with the update and snapshot filled in, through beaker-py, in a
@@ -118,7 +118,7 @@ class BeakerSubmitter:
 
 
 class LocalSubmitter:
-    """Runs ``python -m runtime.evaluate`` as a subprocess per milestone."""
+    """Runs ``python -m runtime.entrypoints.evaluate`` as a subprocess per milestone."""
 
     def __init__(self, manifest_path: Path, log_dir: Path) -> None:
         self.manifest_path = manifest_path
@@ -131,7 +131,7 @@ class LocalSubmitter:
         argv = [
             sys.executable,
             "-m",
-            "runtime.evaluate",
+            "runtime.entrypoints.evaluate",
             str(self.manifest_path),
             "--update",
             str(update),

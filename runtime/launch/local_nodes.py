@@ -1,6 +1,6 @@
 """``python -m runtime.launch.local_nodes MANIFEST --nodes N``: simulated nodes on one machine.
 
-Each node of the plan runs as its own ``runtime.execute`` process with its own node rank and
+Each node of the plan runs as its own ``runtime.entrypoints.execute`` process with its own node rank and
 its own loopback address (node K is 127.0.1.K+1; node 0 is the leader and hosts the
 registry), through the same ``RLC_*`` variables a scheduler other than Beaker sets. Logs go to
 ``<output.root>/logs/node-K/``. Like a replicated job, the run fails as a whole: when one node
@@ -62,7 +62,14 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "runtime.execute", str(manifest), "--no-progress", *extra],
+                [
+                    sys.executable,
+                    "-m",
+                    "runtime.entrypoints.execute",
+                    str(manifest),
+                    "--no-progress",
+                    *extra,
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from runtime.checkpoints.identity import resume_key
 from runtime.config import RunConfig, required
 from runtime.engines.backend import backend_for
-from runtime.failure import shown_path
 from runtime.metrics import MetricsWriter, ProgressView
+from runtime.node.failure import shown_path
 from runtime.rollout.collect import Collector, CollectSettings, GroupGenerator
 from runtime.rollout.loop import GRPOLoop, LoopState
 from runtime.rollout.shaping import Shaping
@@ -27,7 +27,7 @@ from runtime.rollout.types import Sample
 from runtime.tracking import WandbSink
 
 if TYPE_CHECKING:
-    from runtime.node import Node
+    from runtime.node.protocol import Node
 
 
 # ---- seams ---------------------------------------------------------------------------------
@@ -757,7 +757,7 @@ def _make_teacher(cfg: RunConfig, runner: Node) -> Any:
     """On-policy distillation: the scorer of the teacher this node started (None for GRPO)."""
     if cfg.teacher is None:
         return None
-    from runtime.teacher import TeacherScorer
+    from runtime.node.teacher import TeacherScorer
 
     url = runner.teacher_url
     if not url:

@@ -1,7 +1,7 @@
 """Score a policy on held-out prompts: generate with the evaluation sampling, verify, summarise.
 
 Used by shared evaluation (the rollout engines, between updates) and by the background
-evaluator (`runtime.evaluate`, its own engine). Generation and scoring are the rollout
+evaluator (`runtime.entrypoints.evaluate`, its own engine). Generation and scoring are the rollout
 `Collector`'s, so an evaluated sample is produced and scored exactly like a training one;
 only the sampling differs. Seeds are salted with ``eval`` and do not depend on the update,
 so successive evaluations of one run are comparable. Verifier failures are counted and

@@ -103,7 +103,7 @@ def init_distributed(
 ) -> DistInfo:
     """Join (or create) the default process group.
 
-    Uses ``rendezvous`` when given (rank 0 inside ``runtime.execute``), the environment when
+    Uses ``rendezvous`` when given (rank 0 inside ``runtime.entrypoints.execute``), the environment when
     launched with RANK/WORLD_SIZE/MASTER_ADDR (the trainer-rank launcher, torchrun), else a
     single-process group over a temporary FileStore (no ports needed). ``timeout_s`` bounds
     every collective, ``startup_timeout_s`` (default ``timeout_s``) the rendezvous.

@@ -1,6 +1,6 @@
 """Trainer ranks: one process per trainer GPU (or per ``trainer.cpu_processes`` on CPU).
 
-``runtime.execute`` on a trainer node starts its ranks with torch.distributed.elastic's
+``runtime.entrypoints.execute`` on a trainer node starts its ranks with torch.distributed.elastic's
 process machinery (the layer torchrun runs on: ``start_processes``, per-rank env, logs,
 failure reports). On node 0 the execute process itself is trainer rank 0, the driver of the
 GRPO loop; the other ranks run ``python -m runtime.trainer.ranks MANIFEST`` and follow rank 0
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.failure import cause_from_log, shown_path
+from runtime.node.failure import cause_from_log, shown_path
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import PContext
@@ -254,7 +254,7 @@ def _injected_failure(point: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m runtime.trainer.ranks",
-        description="a follower trainer rank (started by runtime.execute)",
+        description="a follower trainer rank (started by runtime.entrypoints.execute)",
     )
     ap.add_argument("manifest")
     args = ap.parse_args(argv)

@@ -69,7 +69,14 @@ def env() -> dict[str, str]:
 
 def start(manifest: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runtime.execute", str(manifest), "--no-progress", *args],
+        [
+            sys.executable,
+            "-m",
+            "runtime.entrypoints.execute",
+            str(manifest),
+            "--no-progress",
+            *args,
+        ],
         cwd=ROOT,
         env=env(),
         stdout=subprocess.PIPE,

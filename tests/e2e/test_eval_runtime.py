@@ -56,7 +56,7 @@ def test_background_evaluation_runs_local_evaluator_jobs(tmp_path: Path) -> None
     manifest = eh.compile_to(spec, tmp_path)
     data = eh.tiny_data_root(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.execute", str(manifest), "--no-progress"],
+        [sys.executable, "-m", "runtime.entrypoints.execute", str(manifest), "--no-progress"],
         cwd=rt.ROOT,
         env={**rt.env(), "RLC_DATA_ROOT": str(data), "RLC_EVAL_SUBMIT": "local"},
         capture_output=True,
@@ -79,7 +79,7 @@ def test_background_evaluation_runs_local_evaluator_jobs(tmp_path: Path) -> None
 
 def _evaluate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runtime.evaluate", *args],
+        [sys.executable, "-m", "runtime.entrypoints.evaluate", *args],
         cwd=rt.ROOT,
         env=rt.env(),
         capture_output=True,

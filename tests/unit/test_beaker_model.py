@@ -29,7 +29,7 @@ tasks:
     image:
       beaker: 01JABCDEF
     command: ["bash", "-lc"]
-    arguments: ["python -m runtime.execute /rlc/manifest.json"]
+    arguments: ["python -m runtime.entrypoints.execute /rlc/manifest.json"]
     replicas: 2
     leaderSelection: true
     hostNetworking: true

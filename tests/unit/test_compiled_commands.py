@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime.launch_argv import SubstitutionError, substitute
+from runtime.node.launch_argv import SubstitutionError, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = "specs/examples/quickstart.toml"
@@ -84,7 +84,7 @@ def test_substitute_refuses_what_it_cannot_substitute(argv: list[str], kw: Any) 
 def test_seed_and_token_pool_reach_the_engine_command_lines() -> None:
     from contract.run import parse
     from runtime.config import RunConfig
-    from runtime.launch_argv import engine_process
+    from runtime.node.launch_argv import engine_process
 
     m = _manifest("inference.seed=99", "inference.max_total_tokens=64")
     cfg = RunConfig.from_contract(parse(m))
@@ -131,10 +131,10 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
     pytest.importorskip("torch")
     from contract.run import parse
     from runtime.config import RunConfig
-    from runtime.execute import NodeRunner
-    from runtime.launch_argv import engine_process
-    from runtime.placement import node_identity, roles_for
-    from runtime.registry import LocalRegistry
+    from runtime.entrypoints.execute import NodeRunner
+    from runtime.node.launch_argv import engine_process
+    from runtime.node.placement import node_identity, roles_for
+    from runtime.node.registry import LocalRegistry
 
     def start(seed: int, *extra: str) -> NodeRunner:
         manifest = _manifest(
@@ -212,7 +212,7 @@ def test_the_backend_is_chosen_once_from_inference_engine() -> None:
 
 
 def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
-    """``python -m runtime.execute M --print-effective``: the engines' command lines carry
+    """``python -m runtime.entrypoints.execute M --print-effective``: the engines' command lines carry
     the overridden seed and token pool, and the rollout samples with that seed."""
     import json
     import subprocess
@@ -223,7 +223,7 @@ def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
     path = write_manifest(manifest, tmp_path / "manifest.json")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "runtime.execute", str(path), "--print-effective"],
+        [sys.executable, "-m", "runtime.entrypoints.execute", str(path), "--print-effective"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

@@ -272,7 +272,7 @@ def test_prompt_data_pool_with_its_verifier_registry(tmp_path: Path) -> None:
 # ---- [compiler_cache] ------------------------------------------------------------------------
 def test_compiler_cache_private_dirs_generations_and_budget(tmp_path: Path) -> None:
     from runtime.compiler_cache import CacheSession, CompilerCache
-    from runtime.supervisor import Supervisor
+    from runtime.node.supervisor import Supervisor
 
     shared = tmp_path / "shared" / "tmp-7d"
     cache = CompilerCache(shared_root=shared, max_storage_bytes=1000)

@@ -44,7 +44,7 @@ def test_manifest_travels_inside_the_job_byte_for_byte():
     ][0]
     payload = script.split("echo ", 1)[1].split(" ", 1)[0]
     assert gzip.decompress(base64.b64decode(payload)).decode() == text
-    assert "python -m runtime.execute /rlc/manifest.json" in script
+    assert "python -m runtime.entrypoints.execute /rlc/manifest.json" in script
 
 
 def test_rendering_is_deterministic():

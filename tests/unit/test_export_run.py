@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("olmo_core")
 
-from runtime.export import ExportError, export_run  # noqa: E402
+from runtime.entrypoints.export import ExportError, export_run  # noqa: E402
 from runtime.models import load_model  # noqa: E402
 
 

@@ -116,8 +116,8 @@ def test_graph_sees_known_edges() -> None:
     assert "contract.run" in graph["runtime.manifest"]
     assert "contract.spec.root" in graph["contract.run"]
     assert "compiler.manifest.manifest" in graph["compiler.pipeline"]
-    assert "runtime.rollout.driver" in graph["runtime.execute"]
-    assert "runtime.supervisor" in graph["runtime.node"]  # an annotation-only import
+    assert "runtime.rollout.driver" in graph["runtime.entrypoints.execute"]
+    assert "runtime.node.supervisor" in graph["runtime.node.protocol"]  # an annotation-only import
     assert "compiler.diagnostics" in graph["rlc_cli.main"]
     assert "runtime.launch.beaker_client" in graph["rlc_cli.launch.beaker"]
 

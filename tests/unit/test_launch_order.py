@@ -97,8 +97,10 @@ def test_dry_run_shows_both_in_order(manifest_path: Path, tmp_path: Path) -> Non
     )
     assert r.exit_code == 0, r.output
     assert (
-        r.output.index("# prepare") < r.output.index("runtime.prepare") < r.output.index("# train")
+        r.output.index("# prepare")
+        < r.output.index("runtime.entrypoints.prepare")
+        < r.output.index("# train")
     )
-    assert "runtime.execute" in r.output[r.output.index("# train") :]
+    assert "runtime.entrypoints.execute" in r.output[r.output.index("# train") :]
     stages = sorted(json.loads(p.read_text())["extra"]["stage"] for p in tmp_path.glob("*.json"))
     assert stages == ["prepare", "train"]

@@ -13,8 +13,8 @@ from compiled_run import compile_manifest, with_managed_judge
 
 from contract.run import parse
 from runtime.config import RunConfig
-from runtime.judges import planned_judges, start_managed_judges
-from runtime.supervisor import Supervisor
+from runtime.node.judges import planned_judges, start_managed_judges
+from runtime.node.supervisor import Supervisor
 
 
 def _free_port() -> int:

@@ -62,7 +62,12 @@ def test_manifest_shape(manifest: dict[str, object]) -> None:
     assert m["source"]["path"] == QUICKSTART  # type: ignore[index]
     assert m["compiler"]["schema_digest"].startswith("sha256:")  # type: ignore[index]
     assert m["compiler"]["rules_digest"].startswith("sha256:")  # type: ignore[index]
-    assert m["commands"]["trainer_argv"] == ["python", "-m", "runtime.execute", "{manifest}"]  # type: ignore[index]
+    assert m["commands"]["trainer_argv"] == [
+        "python",
+        "-m",
+        "runtime.entrypoints.execute",
+        "{manifest}",
+    ]  # type: ignore[index]
     assert len(m["commands"]["engine_argv"]) == 2  # type: ignore[index]
     assert m["paths"]["root"] == "runs/quickstart"  # type: ignore[index]
     body = {k: v for k, v in m.items() if k != "digest"}

@@ -1,7 +1,7 @@
 """The runtime's manifest loader re-checks lint and re-derives every derived field.
 
 Each forgery recomputes the (unkeyed) digest, as an attacker would; each must be refused by
-`compiler.manifest.trust` and by `python -m runtime.execute` (exit 2, nothing started).
+`compiler.manifest.trust` and by `python -m runtime.entrypoints.execute` (exit 2, nothing started).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def test_signature_travels_in_the_beaker_jobs(
 def test_runtime_execute_refuses_a_forged_command(
     manifest: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.execute import main as execute
+    from runtime.entrypoints.execute import main as execute
 
     marker = tmp_path / "pwned"
     forged = _forge(

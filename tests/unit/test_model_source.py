@@ -266,7 +266,7 @@ def test_runtime_refuses_an_unloadable_source_before_engines_start(
         (src / "model.safetensors").unlink()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.execute", str(manifest), "--no-progress"],
+        [sys.executable, "-m", "runtime.entrypoints.execute", str(manifest), "--no-progress"],
         capture_output=True,
         text=True,
         env=env,

@@ -21,15 +21,15 @@ def config(spec: str):
 
 def ident(rank: int, count: int):
     from runtime.launch.local_nodes import node_env
-    from runtime.placement import node_identity
+    from runtime.node.placement import node_identity
 
     return node_identity(node_env(rank, count, 4242))
 
 
 def test_multinode_cpu_roles_argv_env() -> None:
     from runtime.launch.local_nodes import node_env
-    from runtime.launch_argv import engine_process
-    from runtime.placement import engine_env, roles_for
+    from runtime.node.launch_argv import engine_process
+    from runtime.node.placement import engine_env, roles_for
 
     cfg = config("multinode-cpu.toml")
     assert cfg.placement.num_nodes == 2
@@ -55,8 +55,8 @@ def test_multinode_cpu_roles_argv_env() -> None:
 
 
 def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
-    from runtime.launch_argv import engine_process
-    from runtime.placement import engine_env, node_identity, roles_for
+    from runtime.node.launch_argv import engine_process
+    from runtime.node.placement import engine_env, node_identity, roles_for
 
     cfg = config("multinode.toml")
     env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
@@ -84,7 +84,7 @@ def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
 
 @pytest.mark.parametrize("env", [{}, {"RLC_NODE_RANK": "x", "RLC_NUM_NODES": "2"}])
 def test_bad_node_variables_are_user_errors(env: dict[str, str]) -> None:
-    from runtime.placement import PlacementError, node_identity
+    from runtime.node.placement import PlacementError, node_identity
 
     if not env:
         assert node_identity(env).count == 1
@@ -95,7 +95,7 @@ def test_bad_node_variables_are_user_errors(env: dict[str, str]) -> None:
 
 def test_managed_judges_are_reached_where_their_node_registered_them() -> None:
     from runtime.config import JudgeBinding
-    from runtime.execute import with_judge_urls
+    from runtime.entrypoints.execute import with_judge_urls
 
     def binding(verifier: str, judge: str, mode: str, url: str) -> JudgeBinding:
         return JudgeBinding(verifier, judge, "r", mode, url, "m", "p", 60.0, 4, 256, 0.0)
@@ -119,8 +119,8 @@ def _py(argv: list[str]) -> list[str]:
 def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     """The whole command line and environment each role gets, on the node the plan gives
     it, with the addresses and ports that node really has (what the registry carries)."""
-    from runtime.launch_argv import engine_process, router_process
-    from runtime.placement import engine_env, node_identity, roles_for
+    from runtime.node.launch_argv import engine_process, router_process
+    from runtime.node.placement import engine_env, node_identity, roles_for
     from runtime.trainer.ranks import rank_env
 
     cpu = config("multinode-cpu.toml")

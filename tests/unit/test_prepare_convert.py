@@ -15,8 +15,8 @@ pytest.importorskip("olmo_core")
 from compiled_run import compile_manifest  # noqa: E402
 
 from contract.run import RunContract, parse  # noqa: E402
+from runtime.entrypoints.prepare import EXIT_USER, _convert  # noqa: E402
 from runtime.models import load_model, state_checksum  # noqa: E402
-from runtime.prepare import EXIT_USER, _convert  # noqa: E402
 
 
 def _olmo_core_checkpoint(root: Path, source: str) -> tuple[Path, Path, object]:

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from runtime.engines.process import free_port  # noqa: E402
-from runtime.registry import Registry, RegistryError  # noqa: E402
+from runtime.node.registry import Registry, RegistryError  # noqa: E402
 
 
 def test_roles_register_and_missing_ones_are_named() -> None:
@@ -57,7 +57,7 @@ def _wait(cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
 
 NODE_1 = """
 import sys, time
-from runtime.heartbeat import Heartbeats, store_client
+from runtime.node.heartbeat import Heartbeats, store_client
 port = int(sys.argv[1])
 Heartbeats(store_client("127.0.0.1", port, 2.0), 1, 2, 2.0, dict, print).start()
 time.sleep(120)
@@ -72,7 +72,7 @@ def test_a_stopped_node_is_declared_silent_by_the_leader() -> None:
     import subprocess
     import sys
 
-    from runtime.heartbeat import Heartbeats, store_client
+    from runtime.node.heartbeat import Heartbeats, store_client
 
     port = free_port("127.0.0.1")
     host = Registry("127.0.0.1", port, node=0, is_leader=True, timeout_s=10)  # noqa: F841
@@ -105,7 +105,7 @@ def test_a_stopped_role_of_this_node_is_named_and_killed() -> None:
     import signal
     import subprocess
 
-    from runtime.heartbeat import Heartbeats, MemoryStore, stop_hung
+    from runtime.node.heartbeat import Heartbeats, MemoryStore, stop_hung
 
     child = subprocess.Popen(["sleep", "120"])
     seen: list = []
@@ -136,7 +136,7 @@ def test_a_node_that_fails_is_named_by_its_own_cause_not_by_silence() -> None:
     at once with that line, not after the heartbeat timeout with "no heartbeat"."""
     import time
 
-    from runtime.heartbeat import Heartbeats, MemoryStore
+    from runtime.node.heartbeat import Heartbeats, MemoryStore
 
     store = MemoryStore()
     seen: list = []
@@ -160,8 +160,8 @@ def test_a_node_that_fails_is_named_by_its_own_cause_not_by_silence() -> None:
 
 LEADER = """
 import sys, time
-from runtime.heartbeat import Heartbeats, store_client
-from runtime.registry import Registry
+from runtime.node.heartbeat import Heartbeats, store_client
+from runtime.node.registry import Registry
 port = int(sys.argv[1])
 reg = Registry("127.0.0.1", port, node=0, is_leader=True, timeout_s=10)
 Heartbeats(store_client("127.0.0.1", port, 2.0), 0, 2, 2.0, dict, print).start()
@@ -177,7 +177,7 @@ def test_a_stopped_leader_is_declared_silent_by_a_node() -> None:
     import subprocess
     import sys
 
-    from runtime.heartbeat import Heartbeats, store_client
+    from runtime.node.heartbeat import Heartbeats, store_client
 
     port = free_port("127.0.0.1")
     child = subprocess.Popen([sys.executable, "-c", LEADER, str(port)])

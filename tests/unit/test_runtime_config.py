@@ -1,4 +1,4 @@
-"""runtime.config / runtime.manifest / runtime.placement: a compiled manifest read as the
+"""runtime.config / runtime.manifest / runtime.node.placement: a compiled manifest read as the
 typed contract (one definition of every field), verified once per run, node roles."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from contract.run import VERIFIED_ENV, ContractError, parse
 from runtime.config import RunConfig
-from runtime.placement import PlacementError, engine_env, node_identity, roles_for
+from runtime.node.placement import PlacementError, engine_env, node_identity, roles_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -221,9 +221,9 @@ def test_other_bytes_than_the_verified_ones_are_verified_in_full(
 def test_a_manifest_that_does_not_fit_the_contract_is_a_user_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`python -m runtime.execute` on a manifest the runtime cannot read: exit 2, one line."""
+    """`python -m runtime.entrypoints.execute` on a manifest the runtime cannot read: exit 2, one line."""
     from contract.canonical import digest_of
-    from runtime.execute import main
+    from runtime.entrypoints.execute import main
 
     monkeypatch.delenv(VERIFIED_ENV, raising=False)
     m = compiled("quickstart")

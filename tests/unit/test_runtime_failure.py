@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.engines.process import ServerProcess, ServerStartError
-from runtime.failure import cause_from_log, cause_from_text, describe_exit
-from runtime.supervisor import ChildDied, Supervisor
+from runtime.node.failure import cause_from_log, cause_from_text, describe_exit
+from runtime.node.supervisor import ChildDied, Supervisor
 
 TRACEBACK = """\
 transformer_engine unavailable, disabling TE attention

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runtime.metrics import MetricsWriter, fifths, read_metrics
+from runtime.node.supervisor import ChildDied, Supervisor
 from runtime.report import summary, write_report
-from runtime.supervisor import ChildDied, Supervisor
 
 
 def test_writer_truncates_on_resume_and_ignores_torn_lines(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.checkpoints.identity import resume_key
 from runtime.checkpoints.manager import COMPLETE, META, CheckpointMismatch, _check, step_dir_name
-from runtime.execute import _output_root_conflict
+from runtime.entrypoints.execute import _output_root_conflict
 
 BASE = {
     "model": {"source": "builtin:tiny"},
@@ -31,7 +31,7 @@ def _config(**changes):
 
 def _cfg(tmp_path, digest, config=None):
     paths = SimpleNamespace(root=tmp_path, checkpoints=tmp_path / "checkpoints")
-    return SimpleNamespace(paths=paths, digest=digest, config=config or BASE)
+    return SimpleNamespace(paths=paths, digest=digest, config_document=config or BASE)
 
 
 def _checkpoint(tmp_path, digest, config=None):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime.bench import bench, run_gpus, table
-from runtime.startup import StartupClock, read_startup
+from runtime.entrypoints.bench import bench, run_gpus, table
+from runtime.node.startup import StartupClock, read_startup
 
 
 def test_clock_counts_from_the_command_and_keeps_every_phase(tmp_path: Path) -> None:

@@ -16,14 +16,14 @@ from runtime.config import TeacherConfig  # noqa: E402
 from runtime.engines.client import ClientSettings  # noqa: E402
 from runtime.engines.embedded.launch import start_embedded  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
-from runtime.rollout.types import Sample  # noqa: E402
-from runtime.teacher import (  # noqa: E402
+from runtime.node.teacher import (  # noqa: E402
     TeacherError,
     TeacherScorer,
     response_logprobs,
     scoring_payload,
     teacher_command,
 )
+from runtime.rollout.types import Sample  # noqa: E402
 
 CONTEXT = 32
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from contract.spec.evaluation import EvaluationSection
 from contract.spec.inference import InferenceSection
-from runtime.placement import engine_env
+from runtime.node.placement import engine_env
 
 
 @dataclass(frozen=True)

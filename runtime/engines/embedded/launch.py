@@ -1,7 +1,7 @@
 """Start stand-alone embedded engine processes (argv + supervision) for tests and tools.
 
 A run never uses this: its engines start with the manifest's command lines
-(``runtime.launch_argv``). The spellings are the ones the compiler emits."""
+(``runtime.node.launch_argv``). The spellings are the ones the compiler emits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m runtime.execute MANIFEST``: carry out a compiled manifest on this node.
+"""``python -m runtime.entrypoints.execute MANIFEST``: carry out a compiled manifest on this node.
 
 Verify the manifest, find this node's roles in the compiled placement, start them
 (engine servers, the router in front of several engines, the trainer in-process), run
@@ -21,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.health import healthy as _healthy
-from runtime.launch_argv import SubstitutionError, engine_process, router_process
 from runtime.manifest import ManifestError
+from runtime.node.health import healthy as _healthy
+from runtime.node.launch_argv import SubstitutionError, engine_process, router_process
 
 if TYPE_CHECKING:
     from runtime.config import RunConfig
-    from runtime.placement import NodeIdentity, NodeRoles
+    from runtime.node.placement import NodeIdentity, NodeRoles
 
 EXIT_OK = 0
 EXIT_USER = 2
@@ -61,8 +61,8 @@ class NodeRunner:
         progress: bool = False,
         progress_every: int = 0,
     ) -> None:
+        from runtime.node.supervisor import Supervisor
         from runtime.rollout.loop import StopFlag
-        from runtime.supervisor import Supervisor
 
         self.cfg = cfg
         self.roles = roles
@@ -93,7 +93,7 @@ class NodeRunner:
         self.teacher_url: str | None = None  # on-policy distillation: this node's teacher
         self._stop_heartbeats: Any = None
         self.finished = False  # this node's part of the run ended without a failure
-        from runtime.startup import StartupClock
+        from runtime.node.startup import StartupClock
 
         self.startup = StartupClock.from_env()  # the start-up phases, printed by the trainer
         self.closing = False  # the main thread is taking the node down
@@ -154,7 +154,7 @@ class NodeRunner:
     def _register_judges(self) -> None:
         """Managed judges are roles like engines: their node registers them, and a trainer
         on another node reaches them at the registered address, not at loopback."""
-        from runtime.judges import planned_judges
+        from runtime.node.judges import planned_judges
 
         placed = planned_judges(self.cfg.spec, self.cfg.placement)
         for j in placed:
@@ -195,8 +195,8 @@ class NodeRunner:
 
     # ---- heartbeats ----------------------------------------------------------------------
     def start_heartbeats(self) -> None:
-        """Beat for this node and its roles; watch the others (``runtime.heartbeat``)."""
-        from runtime.heartbeat import Heartbeats, MemoryStore, store_client
+        """Beat for this node and its roles; watch the others (``runtime.node.heartbeat``)."""
+        from runtime.node.heartbeat import Heartbeats, MemoryStore, store_client
 
         timeout = self.cfg.launch.coordination.heartbeat_timeout
         if self.ident.count == 1:
@@ -222,7 +222,7 @@ class NodeRunner:
     def _silent(self, silence: Any) -> None:
         """A silent peer ends the run: the next health check raises it as the cause; a hung
         process of this node is killed so that nothing stays blocked on it."""
-        from runtime.heartbeat import stop_hung
+        from runtime.node.heartbeat import stop_hung
 
         if self.silence is None:
             self.silence = silence
@@ -264,7 +264,7 @@ class NodeRunner:
         were already retried by the client); the run fails when no engine is left or any
         other child died.
         """
-        from runtime.supervisor import ChildDied
+        from runtime.node.supervisor import ChildDied
 
         if self.silence is not None:
             raise RunFailure(str(self.silence))
@@ -305,7 +305,7 @@ class NodeRunner:
 
     # ---- driver --------------------------------------------------------------------------
     def run(self) -> dict[str, Any] | None:
-        from runtime.registry import LocalRegistry, Registry, RegistryError
+        from runtime.node.registry import LocalRegistry, Registry, RegistryError
 
         cfg = self.cfg
         cfg.paths.ensure()
@@ -341,8 +341,8 @@ class NodeRunner:
                 self.gen_url = self.registry.lookup(["router"], owner)["router"]
             elif self.roles.trainer:
                 self.gen_url = self.engine_urls[0]
-            from runtime.judges import start_managed_judges
-            from runtime.teacher import start_teacher
+            from runtime.node.judges import start_managed_judges
+            from runtime.node.teacher import start_teacher
 
             start_managed_judges(self)
             self._register_judges()
@@ -377,7 +377,7 @@ class NodeRunner:
     def _serve_only(self) -> None:
         """A node without the trainer: serve until the trainer's node says the run is over,
         a child dies, the leader's registry goes away, or this node is told to stop."""
-        from runtime.registry import RegistryError
+        from runtime.node.registry import RegistryError
 
         while not self.stop:
             self.health_check()
@@ -395,7 +395,7 @@ class NodeRunner:
 
     def _follow_trainer(self) -> None:
         """A trainer node after the first: its ranks follow trainer rank 0 (on node 0)."""
-        from runtime.registry import RegistryError
+        from runtime.node.registry import RegistryError
         from runtime.trainer.ranks import start_ranks
 
         cfg, plan = self.cfg, self.cfg.placement
@@ -438,7 +438,7 @@ class NodeRunner:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m runtime.execute", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m runtime.entrypoints.execute", description=__doc__)
     ap.add_argument("manifest", help="compiled manifest.json")
     ap.add_argument(
         "--resume",
@@ -559,7 +559,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     from runtime.config import ConfigError, RunConfig
     from runtime.manifest import load
     from runtime.models.loader import ModelLoadError, check_source
-    from runtime.placement import PlacementError, node_identity, roles_for
+    from runtime.node.placement import PlacementError, node_identity, roles_for
 
     try:
         cfg = RunConfig.from_contract(load(args.manifest), args.manifest)
@@ -626,7 +626,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _print_bench(cfg: Any) -> None:
     """The phase table on stderr (beside the run's own lines), the numbers as bench.json."""
-    from runtime.bench import bench, table
+    from runtime.entrypoints.bench import bench, table
 
     data = bench(cfg.paths.root, max(cfg.placement.used_gpus, 1))
     (cfg.paths.root / "bench.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

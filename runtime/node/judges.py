@@ -19,7 +19,7 @@ from contract.spec.judges import ManagedJudge as ManagedJudgeSpec
 if TYPE_CHECKING:
     from contract.plan import Placement
     from contract.spec.root import Spec
-    from runtime.node import Node
+    from runtime.node.protocol import Node
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def planned_judges(spec: Spec, placement: Placement) -> list[ManagedJudge]:
 def start_managed_judges(runner: Node) -> list[str]:
     """Start this node's managed judges and wait until each answers ``/health``."""
     from runtime.engines.sglang import sglang_installed
-    from runtime.health import healthy as _healthy
+    from runtime.node.health import healthy as _healthy
 
     cfg = runner.cfg
     mine = [j for j in planned_judges(cfg.spec, cfg.placement) if j.node == runner.ident.rank]

@@ -1,7 +1,7 @@
 """``rlc run --bench``: the phase table and tokens/s/GPU of a finished run.
 
 Reads the run's own record (``metrics.jsonl`` and ``startup.json`` under ``output.root``),
-so it can be printed again later: ``python -m runtime.bench RUN_ROOT --gpus N``. The first
+so it can be printed again later: ``python -m runtime.entrypoints.bench RUN_ROOT --gpus N``. The first
 collection is shown apart (it may still pay compiles); "steady" is the median over the
 later ones. Tokens/s/GPU counts generated tokens plus trained tokens (prompt + response of
 every sample the update saw) over the collection's wall time and the GPUs the run holds.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.metrics import read_metrics
-from runtime.startup import read_startup
+from runtime.node.startup import read_startup
 
 PHASES = (
     ("generate_s", "generation"),
@@ -105,7 +105,7 @@ def run_gpus(placement: dict[str, Any]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runtime.bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m runtime.entrypoints.bench", description=__doc__)
     ap.add_argument("root", type=Path, help="the run's output.root")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs the run held")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")

@@ -1,4 +1,4 @@
-"""What the trainer-side code and the managed judges use of a node (`runtime.execute.NodeRunner`),
+"""What the trainer-side code and the managed judges use of a node (`runtime.entrypoints.execute.NodeRunner`),
 as a protocol: they type against it without importing the module that imports them."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from runtime.config import RunConfig
-    from runtime.placement import NodeIdentity
+    from runtime.node.placement import NodeIdentity
+    from runtime.node.supervisor import Supervisor
     from runtime.rollout.loop import StopFlag
-    from runtime.supervisor import Supervisor
 
 
 class Node(Protocol):
@@ -29,7 +29,7 @@ class Node(Protocol):
     prompts: tuple[Any, dict[str, Any]] | None
     on_close: list[Any]
     rank_pids: Any
-    startup: Any  # runtime.startup.StartupClock: the start-up phases
+    startup: Any  # runtime.node.startup.StartupClock: the start-up phases
     teacher_url: str | None  # on-policy distillation: the teacher this node started
 
     def health_check(self) -> None: ...

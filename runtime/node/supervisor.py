@@ -3,7 +3,7 @@
 Every child runs in its own process group so that a shutdown reaches its descendants
 (the router and engine servers spawn workers); shutdown is SIGTERM, a grace period, then
 SIGKILL. Output goes to a log file per child under the run's output root, so a
-failure message can give the cause read from it (`runtime.failure`) and the log's path.
+failure message can give the cause read from it (`runtime.node.failure`) and the log's path.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.failure import cause_from_log, describe_exit, shown_path
+from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
 
 class ChildDied(RuntimeError):

@@ -1,4 +1,4 @@
-"""`python -m runtime.prepare MANIFEST`: the CPU preparation job (beaker/prepare.yaml).
+"""`python -m runtime.entrypoints.prepare MANIFEST`: the CPU preparation job (beaker/prepare.yaml).
 
 Runs before GPUs are held: verifies the manifest (its own job: it is the entry), writes the immutable data manifest under
 output.root (prepared/data), and converts an OLMo-core checkpoint to the HF layout SGLang
@@ -21,7 +21,7 @@ EXIT_RUNTIME = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime.prepare")
+    parser = argparse.ArgumentParser(prog="python -m runtime.entrypoints.prepare")
     parser.add_argument("manifest", type=Path)
     args = parser.parse_args(argv)
 

@@ -22,7 +22,7 @@ from runtime.engines.sglang import set_flag
 if TYPE_CHECKING:
     from runtime.config import TeacherConfig
     from runtime.engines.client import ClientSettings
-    from runtime.node import Node
+    from runtime.node.protocol import Node
     from runtime.rollout.types import Sample
 
 
@@ -51,7 +51,7 @@ def start_teacher(runner: Node) -> str | None:
     """Start this node's teacher (if the plan put one here), wait for ``/health``, register
     it; returns its URL (None when the run has no teacher on this node)."""
     from runtime.engines.process import free_port
-    from runtime.health import healthy
+    from runtime.node.health import healthy
 
     cfg = runner.cfg
     teacher = cfg.teacher

@@ -1,4 +1,4 @@
-"""``python -m runtime.evaluate MANIFEST --update N --checkpoint PATH``: one evaluation job.
+"""``python -m runtime.entrypoints.evaluate MANIFEST --update N --checkpoint PATH``: one evaluation job.
 
 What a background evaluator job (``beaker/evaluator.yaml``) or a local milestone runs:
 verify the manifest, serve the checkpoint's weights on an engine of our own (the
@@ -45,7 +45,7 @@ class EvalTask:
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m runtime.evaluate", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m runtime.entrypoints.evaluate", description=__doc__)
     ap.add_argument("manifest", help="compiled manifest.json")
     ap.add_argument("--update", type=int, required=True, help="optimizer update evaluated")
     ap.add_argument(
@@ -117,11 +117,11 @@ def due_tasks(cfg: Any, update: int) -> list[EvalTask]:
 
 def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
     """A server for the checkpoint: the compiled engine command line (engine 0's), serving
-    the checkpoint on a free port (``runtime.launch_argv``); an SGLang evaluator also gets
+    the checkpoint on a free port (``runtime.node.launch_argv``); an SGLang evaluator also gets
     ``evaluation.server_args``."""
     from runtime.engines.backend import backend_for
     from runtime.engines.process import free_port, start_server
-    from runtime.launch_argv import substitute
+    from runtime.node.launch_argv import substitute
 
     if not cfg.engine_argv:
         raise EvalInputError("the manifest has no engine command line to evaluate with")

@@ -5,7 +5,7 @@ Beaker sets ``BEAKER_REPLICA_RANK`` / ``BEAKER_REPLICA_COUNT`` and, with leader 
 ``RLC_NODE_RANK`` / ``RLC_NUM_NODES`` / ``RLC_LEADER_ADDR`` / ``RLC_NODE_ADDR`` (which win).
 A local run has none of them and is node 0 of 1. The placement is decided at compile time,
 so a node never guesses what to start; where the other nodes' roles listen is discovered
-through the leader's registry (``runtime.registry``).
+through the leader's registry (``runtime.node.registry``).
 """
 
 from __future__ import annotations
