@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("olmo_core")
 
+from compiled_run import compile_manifest  # noqa: E402
+
 from runtime.entrypoints.export import ExportError, export_run  # noqa: E402
 from runtime.models import load_model  # noqa: E402
 
@@ -25,14 +27,16 @@ def test_sharded_checkpoint_exports_through_the_filed_manifest(tmp_path: Path) -
     run = tmp_path / "run"
     ckpt = run / "checkpoints" / "step-000002"
     save_model_and_optim_state(str(ckpt / "dist"), lm.model)
-    digest = "sha256:" + "ab" * 32
+    # the run's own manifest, compiled by the real compiler, names the model
+    manifest = compile_manifest(tmp_path / "spec", model={"source": "builtin:tiny"})
+    digest = manifest["digest"]
     (ckpt / "meta.json").write_text(json.dumps({"step": 2, "digest": digest}))
     (ckpt / "COMPLETE").write_text("{}")
     with pytest.raises(ExportError, match="no manifest"):
         export_run(run, tmp_path / "out0")
     (run / "manifests").mkdir()
-    manifest = {"digest": digest, "config": {"model": {"source": "builtin:tiny"}}}
-    (run / "manifests" / f"t-{'ab' * 8}.json").write_text(json.dumps(manifest))
+    short = digest.removeprefix("sha256:")[:16]
+    (run / "manifests" / f"t-{short}.json").write_text(json.dumps(manifest))
     step, out = export_run(run, tmp_path / "out")
     assert step == 2
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
