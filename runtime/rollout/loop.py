@@ -267,9 +267,16 @@ class GRPOLoop:
             # it when others remain behind the router (or fails the run, naming it), then the
             # survivors get this version
             urls = list(getattr(self.publisher, "urls", []) or [])
-            self.health_check()
-            if urls == list(getattr(self.publisher, "urls", []) or []):
-                raise
+            # an engine killed mid-broadcast resets its sockets while its process is still
+            # exiting: give the supervisor a moment to see it gone before judging
+            deadline = time.monotonic() + 10.0
+            while True:
+                self.health_check()
+                if urls != list(getattr(self.publisher, "urls", []) or []):
+                    break
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.25)
             self._publish_once()
         return time.monotonic() - t0
 
