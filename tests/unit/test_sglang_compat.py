@@ -115,7 +115,10 @@ def test_every_called_endpoint_exists_or_has_a_fallback(routes: set[str]) -> Non
 def test_the_endpoint_table_covers_what_the_runtime_calls() -> None:
     from runtime.engines.sglang import ENGINE_ENDPOINTS
 
-    sources = [ROOT / "runtime" / "engines" / "client.py", ROOT / "runtime" / "entrypoints" / "execute.py"]
+    sources = [
+        ROOT / "runtime" / "engines" / "client.py",
+        ROOT / "runtime" / "entrypoints" / "execute.py",
+    ]
     sources += sorted((ROOT / "runtime" / "publication").glob("*.py"))
     called: set[str] = set()
     for path in sources:
