@@ -40,6 +40,7 @@ import torch
 from runtime.models.gdn_cpu import has_gated_delta_net
 
 from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel, kv_pool_tokens
+from .radix import RadixCache, RadixNode
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class GenRequest:
     max_new: int = 0
     abort_requested: bool = False
     created: float = field(default_factory=time.monotonic)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache (meta_info)
+    prefix_node: RadixNode | None = None  # the prefix-cache path this request pins
+    kv_generation: int = -1  # the prefix cache's generation its slot's K/V belongs to
 
     @property
     def wants_input_logprobs(self) -> bool:
@@ -278,6 +282,7 @@ class Engine:
         self.im = InferenceModel(
             self.model, max_slots=slots, capacity=context_length, device=device
         )
+        self.prefix = self._make_prefix_cache(per_token)
         # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)
         self.prefill_tokens = int(prefill_tokens) if int(prefill_tokens) > 0 else 2**62
         self.profile = profile  # sync inside steps to split forward / sampling time
@@ -327,7 +332,49 @@ class Engine:
             "num_weight_updates": 0,
             "num_retracted": 0,
             "num_cached_prompt_tokens": 0,  # prompt tokens served from the prefix cache
+            "num_cache_flushes": 0,
         }
+        self._flushes: list[threading.Event] = []
+
+    def _make_prefix_cache(self, per_token: int) -> RadixCache | None:
+        """The radix tree over finished and running sequences' K/V (attention-only models).
+
+        It holds copies (slots are contiguous rows, not per-token pages), at most
+        ``max_total_tokens`` tokens; on a GPU also at most half the memory left free after
+        the slots were allocated. A recurrent (GatedDeltaNet) state cannot resume from an
+        arbitrary prefix, so hybrid models keep identical-prompt sharing only.
+        """
+        if not self.radix_cache:
+            return None
+        if self.im.recurrent is not None:
+            log.info(
+                "prefix cache: recurrent (GatedDeltaNet) layers cannot resume from a cached "
+                "prefix; only requests with identical prompts share one prefill"
+            )
+            return None
+        budget = self.max_total_tokens
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = min(budget, free // 2 // max(1, per_token))
+        return RadixCache(budget)
+
+    @property
+    def prefix_cache_tokens(self) -> int:
+        return self.prefix.total_tokens if self.prefix is not None else 0
+
+    def flush_cache(self, timeout: float = 60.0) -> bool:
+        """Drop the prefix cache between steps (SGLang's ``/flush_cache``); True once done."""
+        done = threading.Event()
+        with self._lock:
+            self._flushes.append(done)
+            self._lock.notify_all()
+        return done.wait(timeout)
+
+    def _flush_prefix(self) -> None:
+        """Forget every cached prefix: after a weight load their K/V is stale."""
+        self.stats["num_cache_flushes"] += 1
+        if self.prefix is not None:
+            self.prefix.reset()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -522,7 +569,12 @@ class Engine:
                     break
                 aborts, self._aborts = self._aborts, []
                 pauses, self._pauses = self._pauses, []
+                flushes, self._flushes = self._flushes, []
             try:
+                if flushes:
+                    self._flush_prefix()
+                    for ev in flushes:
+                        ev.set()
                 self._apply_aborts(aborts)
                 self._apply_pauses(pauses)
                 if self._warmups:
@@ -546,7 +598,7 @@ class Engine:
 
     def _idle(self) -> bool:
         """Nothing to do until notified (caller holds the lock)."""
-        if self._stop or self._aborts or self._updates or self._pauses:
+        if self._stop or self._aborts or self._updates or self._pauses or self._flushes:
             return False
         if self._warmups and not self._running:
             return False
@@ -567,6 +619,8 @@ class Engine:
         """Running requests go back to the queue's head, in order, keeping their tokens."""
         back = sorted(self._running, key=lambda r: r.slot)
         for r in back:
+            self._cache_sequence(r)
+            self._release_prefix(r)
             r.slot = -1
         self.stats["num_retracted"] += len(back)
         self._running = []
@@ -611,6 +665,7 @@ class Engine:
                         f"parameter names differ: missing {sorted(missing)[:5]}, "
                         f"unexpected {sorted(unexpected)[:5]}"
                     )
+                self._flush_prefix()
                 self.model.load_state_dict(state, strict=True)
                 if upd.version is not None:
                     self.weight_version = str(upd.version)
@@ -659,6 +714,7 @@ class Engine:
             if bad:
                 raise ValueError(f"shape mismatch {bad[:5]}")
             with torch.no_grad(), self._lock:
+                self._flush_prefix()
                 for n, t in named:
                     params[n].copy_(t, non_blocking=True)
                 if self.device.type == "cuda":
@@ -762,7 +818,9 @@ class Engine:
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
         """The prefill forward of ``reqs``. With the prefix cache on, requests whose prefill
         tokens are identical (GRPO's samples of one prompt) share one forward: the first
-        one's KV rows are copied into the others' slots and its logits reused."""
+        one's KV rows are copied into the others' slots and its logits reused; and each
+        such leader's longest prefix held by the radix tree is copied into its slot, so
+        only the rest is prefilled. Every prefilled prompt then enters the tree."""
         if not self.radix_cache:
             return self.im.prefill_batch(
                 [r.prefill_ids for r in reqs], [r.slot for r in reqs], want_all=want
@@ -773,20 +831,69 @@ class Engine:
         lead_want = [
             any(w for w, o in zip(want, owner, strict=True) if o == k) for k in range(len(first))
         ]
+        starts = [self._reuse_prefix(r, w) for r, w in zip(leaders, lead_want, strict=True)]
         last, full, experts = self.im.prefill_batch(
-            [r.prefill_ids for r in leaders], [r.slot for r in leaders], want_all=lead_want
+            [r.prefill_ids[s:] for r, s in zip(leaders, starts, strict=True)],
+            [r.slot for r in leaders],
+            want_all=lead_want,
+            starts=starts,
         )
+        generation = self.prefix.generation if self.prefix is not None else -1
         for req, k in zip(reqs, owner, strict=True):
             lead = leaders[k]
+            cached = starts[k]
             if req is not lead:
                 self.im.move_slot(lead.slot, req.slot, len(req.prefill_ids))
-                self.stats["num_cached_prompt_tokens"] += len(req.prefill_ids)
+                cached = len(req.prefill_ids)
+            if not req.output_ids:  # a retracted request's prompt was counted at admission
+                req.cached_tokens = min(cached, len(req.prompt_ids))
+                self.stats["num_cached_prompt_tokens"] += req.cached_tokens
+            req.kv_generation = generation
+            self._cache_sequence(req, len(req.prefill_ids))
         index = torch.tensor(owner, dtype=torch.long, device=last.device)
         return (
             last.index_select(0, index),
             [full[k] if w else None for k, w in zip(owner, want, strict=True)],
             None if experts is None else [experts[k] for k in owner],
         )
+
+    def _reuse_prefix(self, req: GenRequest, all_logits: bool) -> int:
+        """Copy ``req``'s longest cached prefix into its slot and pin it; its length.
+
+        At least the last token is prefilled (its logits start sampling). Requests that
+        want per-position outputs over the prompt (input log-probs, routed experts) prefill
+        it whole."""
+        if self.prefix is None or all_logits or req.return_routed_experts:
+            return 0
+        found = self.prefix.match(req.prefill_ids[:-1])
+        if found.length == 0:
+            return 0
+        self.prefix.lock(found.node)
+        req.prefix_node = found.node
+        pos = 0
+        for segment in found.segments:
+            pos += self.im.write_kv(req.slot, pos, segment)
+        return found.length
+
+    def _cache_sequence(self, req: GenRequest, length: int | None = None) -> None:
+        """Insert ``req``'s first ``length`` tokens (default: all whose K/V its slot holds)
+        into the radix tree and pin that path while ``req`` runs. K/V computed under
+        weights loaded before the last flush never enters the tree."""
+        tree = self.prefix
+        if tree is None or req.slot < 0 or req.kv_generation != tree.generation:
+            return
+        n = req.cached_len if length is None else length
+        tokens = (req.prompt_ids + req.output_ids)[:n]
+        slot = req.slot
+        node = tree.insert(tokens, lambda a, b: self.im.read_kv(slot, a, b))
+        tree.lock(node)
+        self._release_prefix(req)
+        req.prefix_node = node
+
+    def _release_prefix(self, req: GenRequest) -> None:
+        if req.prefix_node is not None and self.prefix is not None:
+            self.prefix.unlock(req.prefix_node)
+        req.prefix_node = None
 
     def _build_batch(self) -> _DecodeBatch:
         running, dev = self._running, self.device
@@ -902,6 +1009,7 @@ class Engine:
         gone = set(map(id, done))
         survivors = [r for r in self._running if id(r) not in gone]
         for r in done:
+            self._cache_sequence(r)
             reason = r.finish if abort_message is None else _abort_reason(abort_message, 200)
             self._finish(r, reason or _abort_reason("finished", 200))
         n = len(survivors)
@@ -914,6 +1022,7 @@ class Engine:
 
     def _finish(self, req: GenRequest, reason: dict[str, Any]) -> None:
         req.finish = reason
+        self._release_prefix(req)
         if reason.get("type") == "abort":
             self.stats["num_aborted"] += 1
         else:
@@ -940,7 +1049,7 @@ class Engine:
             "finish_reason": reason,
             "prompt_tokens": len(req.prompt_ids),
             "completion_tokens": len(ids),
-            "cached_tokens": 0,
+            "cached_tokens": req.cached_tokens,
             "weight_version": self.weight_version,
             "weight_versions": version_spans(req.output_versions, self.weight_version),
             "e2e_latency": time.monotonic() - req.created,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -432,8 +432,13 @@ class InferenceModel:
         slots: list[int],
         *,
         want_all: list[bool] | None = None,
+        starts: list[int] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
         """Prefill ragged prompts in ONE forward (right-padded, masked); fill each slot's cache.
+
+        ``starts[b]`` > 0: the slot already holds the K/V of the sequence's first
+        ``starts[b]`` tokens (a cached prefix) and ``seqs[b]`` continues it from that
+        position, attending to the held prefix (attention-only models).
 
         Returns the last-position logits ``(B, V)``, all-position logits for the rows in
         ``want_all`` (others None; the LM head runs only on those rows), and per-request
@@ -446,8 +451,13 @@ class InferenceModel:
         if bsz == 0 or len(slots) != bsz:
             raise ValueError("prefill_batch needs one slot per prompt")
         t = max(lens)
-        if min(lens) <= 0 or t > self.capacity:
+        starts = starts or [0] * bsz
+        if min(lens) <= 0 or max(s + n for s, n in zip(starts, lens, strict=True)) > self.capacity:
             raise ValueError(f"prompt length outside 1..{self.capacity}")
+        if any(starts):
+            if self.recurrent is not None:
+                raise ValueError("a cached prefix cannot resume a recurrent state")
+            return self._prefill_continued(seqs, slots, starts, want_all)
         dev = self.device
         ragged = min(lens) != t
         rows = [s + [0] * (t - len(s)) for s in seqs]
@@ -501,6 +511,66 @@ class InferenceModel:
             )
             return self._attn_out(layer, inp, att)
 
+        return self._prefill_head(ids, attend, lens, want_all)
+
+    def _prefill_continued(
+        self,
+        seqs: list[list[int]],
+        slots: list[int],
+        starts: list[int],
+        want_all: list[bool] | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
+        """``prefill_batch`` after cached prefixes: row ``b``'s tokens sit at positions
+        ``starts[b]..``; each query attends to its slot's cache up to its own position."""
+        bsz, dev = len(seqs), self.device
+        lens = [len(s) for s in seqs]
+        t = max(lens)
+        ids = torch.tensor([s + [0] * (t - len(s)) for s in seqs], dtype=torch.long, device=dev)
+        st = torch.tensor(starts, device=dev).unsqueeze(1)
+        # padded queries take the last position (their rows are never read)
+        positions = (st + torch.arange(t, device=dev).unsqueeze(0)).clamp(max=self.capacity - 1)
+        ends = [s + n for s, n in zip(starts, lens, strict=True)]
+        kv_t = max(ends)
+        j = torch.arange(kv_t, device=dev).view(1, 1, -1)
+        dist = positions.unsqueeze(2) - j  # (B, T, K) query position - key position
+        key_ok = (j < torch.tensor(ends, device=dev).view(-1, 1, 1)) & (dist >= 0)
+        slot_index = torch.tensor(slots, dtype=torch.long, device=dev)
+        masks: dict[int | None, torch.Tensor] = {}
+
+        def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
+            q, k, v = self._qkv(layer, inp, positions)
+            li = layer.index
+            kc, vc = self.k_cache[li], self.v_cache[li]
+            kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+            for b, (slot, s0, n) in enumerate(zip(slots, starts, lens, strict=True)):
+                kc[slot, :, s0 : s0 + n] = kt[b, :, :n]
+                vc[slot, :, s0 : s0 + n] = vt[b, :, :n]
+            w = layer.window
+            if w not in masks:
+                m = key_ok if w is None else key_ok & (dist < w)
+                masks[w] = m.unsqueeze(1)  # (B, 1, T, K)
+            att = F.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                kc[slot_index, :, :kv_t],
+                vc[slot_index, :, :kv_t],
+                attn_mask=masks[w],
+                scale=layer.scale,
+                enable_gqa=layer.gqa,
+            )
+            return self._attn_out(layer, inp, att)
+
+        return self._prefill_head(ids, attend, lens, want_all)
+
+    def _prefill_head(
+        self,
+        ids: torch.Tensor,
+        attend: Callable[[_Layer, torch.Tensor], torch.Tensor],
+        lens: list[int],
+        want_all: list[bool] | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
+        """The blocks over ``ids`` with ``attend``, then last / all-position logits, experts."""
+        bsz, t = ids.shape
+        dev = self.device
         routed: list[torch.Tensor] = []
         h = self._embed(ids)
         for layer in self.layers:
@@ -861,6 +931,18 @@ class InferenceModel:
                 vc[dst, :, :length] = vc[src, :, :length]
         if self.recurrent is not None:
             self.recurrent.move(src, dst)
+
+    def read_kv(self, slot: int, start: int, end: int) -> list[torch.Tensor]:
+        """A copy of ``slot``'s K/V for positions ``start..end-1`` (each attention layer's K,
+        then each one's V, as ``kv_rows``), for the prefix cache."""
+        return [c[slot, :, start:end].clone() for c in self.kv_rows()]
+
+    def write_kv(self, slot: int, start: int, kv: list[torch.Tensor]) -> int:
+        """Copy ``read_kv``-shaped K/V into ``slot`` from position ``start``; its length."""
+        n = int(kv[0].shape[1]) if kv else 0
+        for c, part in zip(self.kv_rows(), kv, strict=True):
+            c[slot, :, start : start + n] = part
+        return n
 
     def kv_rows(self) -> list[torch.Tensor]:
         """The attention layers' K and V caches (GatedDeltaNet layers have none)."""

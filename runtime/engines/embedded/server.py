@@ -181,6 +181,8 @@ async def flush_cache(request: web.Request) -> web.Response:
             status=400,
             text="Cache not flushed. Please check if there are any running requests.\n",
         )
+    if not await asyncio.to_thread(engine.flush_cache):
+        return web.Response(status=503, text="Cache not flushed: the engine did not answer.\n")
     return web.Response(status=200, text="Cache flushed.\n")
 
 
@@ -298,6 +300,11 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["chunked_prefill_size"] = engine.prefill_tokens
     info["cuda_graph_batch_sizes"] = list(engine.im.graph_batch_sizes)
     info["radix_cache"] = engine.radix_cache
+    # prefix-cache hits: cached / prompt tokens over every request served so far
+    prompt = engine.stats["num_prompt_tokens"]
+    info["cache_hit_rate"] = engine.stats["num_cached_prompt_tokens"] / prompt if prompt else 0.0
+    info["radix_cache_tokens"] = engine.prefix_cache_tokens
+    info["radix_cache_max_tokens"] = engine.prefix.max_tokens if engine.prefix else 0
     info["decode_cuda_graph"] = bool(engine.im.graph_batch_sizes)
     info["decode_compiled"] = engine.im.compiled
     info["decode_graphs"] = engine.im.captured_graphs()
