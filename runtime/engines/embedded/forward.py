@@ -522,7 +522,7 @@ class InferenceModel:
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
         """``prefill_batch`` after cached prefixes: row ``b``'s tokens sit at positions
         ``starts[b]..``; each query attends to its slot's cache up to its own position."""
-        bsz, dev = len(seqs), self.device
+        dev = self.device
         lens = [len(s) for s in seqs]
         t = max(lens)
         ids = torch.tensor([s + [0] * (t - len(s)) for s in seqs], dtype=torch.long, device=dev)
