@@ -135,8 +135,9 @@ class InferenceSection(Section):
     )
     radix_cache: bool = fld(
         False,
-        description="prefix cache: SGLang's radix cache; the embedded engine prefills a "
-        "prompt its samples share once",
+        description="prefix cache: SGLang's radix cache; the embedded engine's radix tree "
+        "reuses the longest cached prefix of each prompt (LRU-evicted, flushed on weight "
+        "updates)",
     )
     max_mamba_cache_size: int = fld(
         128,
