@@ -231,3 +231,30 @@ def test_hybrid_models_keep_identical_prompt_sharing_only(tmp_path) -> None:
         eng.stop()
     assert [r["meta_info"]["cached_tokens"] for r in first] == [0, len(prompt)]
     assert again["meta_info"]["cached_tokens"] == 0
+
+
+def test_the_http_api_reports_cached_tokens_and_flushes(loaded) -> None:
+    """``meta_info.cached_tokens`` per request, hits in ``/get_server_info``, and
+    ``/flush_cache`` empties the tree (SGLang's shapes)."""
+    httpx = pytest.importorskip("httpx")
+    from runtime.engines.embedded.inprocess import InProcessServer
+
+    def generate(url: str, ids: list[int]) -> dict:
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}
+        r = httpx.post(url + "/generate", json=body, timeout=30)
+        assert r.status_code == 200
+        return r.json()["meta_info"]
+
+    prompt = list(range(5, 25))
+    with InProcessServer(loaded, max_running_requests=2, context_length=64) as srv:
+        assert generate(srv.url, prompt)["cached_tokens"] == 0
+        assert generate(srv.url, prompt + [1])["cached_tokens"] >= len(prompt)
+        info = httpx.get(srv.url + "/get_server_info").json()
+        assert info["radix_cache"] is True and info["radix_cache_tokens"] > 0
+        assert info["cache_hit_rate"] == pytest.approx(
+            info["num_cached_prompt_tokens"] / info["num_prompt_tokens"]
+        )
+        assert info["cache_hit_rate"] > 0.4
+        assert httpx.post(srv.url + "/flush_cache").status_code == 200
+        assert httpx.get(srv.url + "/get_server_info").json()["radix_cache_tokens"] == 0
+        assert generate(srv.url, prompt + [1])["cached_tokens"] == 0
