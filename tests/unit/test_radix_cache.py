@@ -4,6 +4,8 @@ under a tiny pool, concurrent requests, after a weight update and a flush)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -211,7 +213,7 @@ def test_a_weight_update_and_a_flush_invalidate_the_cache(loaded) -> None:
     _same([after], [ref])
 
 
-def test_hybrid_models_keep_identical_prompt_sharing_only(tmp_path) -> None:
+def test_hybrid_models_keep_identical_prompt_sharing_only(tmp_path, caplog) -> None:
     """A recurrent state cannot resume from a cached prefix: no tree, exact sharing still."""
     pytest.importorskip("transformers.models.olmo_hybrid")
     from test_hf_families import write_hf_checkpoint
@@ -221,9 +223,11 @@ def test_hybrid_models_keep_identical_prompt_sharing_only(tmp_path) -> None:
 
     install_transformers_cpu_fallbacks()
     write_hf_checkpoint(tmp_path, "olmo_hybrid")
-    eng = _engine(load_model(str(tmp_path)), True)
+    with caplog.at_level(logging.INFO, logger="runtime.engines.embedded.engine"):
+        eng = _engine(load_model(str(tmp_path)), True)
     try:
         assert eng.prefix is None
+        assert "cannot resume from a cached prefix" in caplog.text
         prompt = [3, 1, 4, 1, 5, 9, 2, 6]
         first = _run(eng, [prompt, prompt], GREEDY)
         again = _run(eng, [prompt + [7]], GREEDY)[0]

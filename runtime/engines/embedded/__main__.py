@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--disable-radix-cache",
         dest="radix_cache",
         action="store_false",
-        help="no prefix cache (identical prompts prefilled once, their KV shared)",
+        help="no radix prefix cache (every prompt prefilled whole)",
     )
     p.add_argument(
         "--compile-decode",

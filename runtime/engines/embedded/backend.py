@@ -3,7 +3,7 @@
 Its server (``python -m runtime.engines.embedded``) honours every option the compiler emits
 for it: ``--random-seed``, ``--init-seed``, ``--max-total-tokens`` and, on a GPU,
 ``--mem-fraction-static`` (the KV pool), ``--chunked-prefill-size``, ``--cuda-graph-max-bs``,
-``--disable-cuda-graph``, ``--disable-radix-cache`` (the shared-prompt prefix cache).
+``--disable-cuda-graph``, ``--disable-radix-cache`` (the radix prefix cache, ``radix.py``).
 """
 
 from __future__ import annotations

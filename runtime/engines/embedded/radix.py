@@ -25,7 +25,8 @@ KV = list[torch.Tensor]
 
 
 def kv_slice(kv: KV, start: int, end: int) -> KV:
-    return [t[:, start:end] for t in kv]
+    """A copy (not a view): an evicted part must free its memory, not pin its neighbour's."""
+    return [t[:, start:end].clone() for t in kv]
 
 
 @dataclass(eq=False)
