@@ -262,3 +262,26 @@ def test_the_http_api_reports_cached_tokens_and_flushes(loaded) -> None:
         assert httpx.post(srv.url + "/flush_cache").status_code == 200
         assert httpx.get(srv.url + "/get_server_info").json()["radix_cache_tokens"] == 0
         assert generate(srv.url, prompt + [1])["cached_tokens"] == 0
+
+
+def test_prompt_logprobs_and_routed_experts_prefill_the_whole_prompt() -> None:
+    """Scoring (prompt log-probs) and router replay (routed experts) need every prompt
+    position: such requests skip the cached prefix and answer as without the cache."""
+    moe = build_tiny("moe", seed=4, d_model=32, n_layers=1)
+    prompt = [9, 8, 7, 6, 5, 4, 3, 2, 1, 12]
+    asks = dict(return_logprob=True, logprob_start_len=0, return_routed_experts=True)
+    res = {}
+    for radix in (True, False):
+        eng = _engine(moe, radix, max_running_requests=2)
+        try:
+            _run(eng, [prompt], GREEDY)
+            res[radix] = _run(eng, [prompt + [5], prompt + [5]], GREEDY, **asks)
+        finally:
+            eng.stop()
+    for a, b in zip(res[True], res[False], strict=True):
+        assert a["output_ids"] == b["output_ids"]
+        assert a["meta_info"]["routed_experts"] == b["meta_info"]["routed_experts"]
+        lp_a = [x[0] for x in a["meta_info"]["input_token_logprobs"][1:]]
+        lp_b = [x[0] for x in b["meta_info"]["input_token_logprobs"][1:]]
+        assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4
+    assert [r["meta_info"]["cached_tokens"] for r in res[True]] == [0, len(prompt) + 1]

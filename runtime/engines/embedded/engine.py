@@ -831,7 +831,12 @@ class Engine:
         lead_want = [
             any(w for w, o in zip(want, owner, strict=True) if o == k) for k in range(len(first))
         ]
-        starts = [self._reuse_prefix(r, w) for r, w in zip(leaders, lead_want, strict=True)]
+        # a group where any request wants per-position outputs prefills its prompt whole
+        whole = [
+            w or any(r.return_routed_experts for r, o in zip(reqs, owner, strict=True) if o == k)
+            for k, w in enumerate(lead_want)
+        ]
+        starts = [self._reuse_prefix(r, w) for r, w in zip(leaders, whole, strict=True)]
         last, full, experts = self.im.prefill_batch(
             [r.prefill_ids[s:] for r, s in zip(leaders, starts, strict=True)],
             [r.slot for r in leaders],
@@ -857,13 +862,13 @@ class Engine:
             None if experts is None else [experts[k] for k in owner],
         )
 
-    def _reuse_prefix(self, req: GenRequest, all_logits: bool) -> int:
+    def _reuse_prefix(self, req: GenRequest, whole: bool) -> int:
         """Copy ``req``'s longest cached prefix into its slot and pin it; its length.
 
-        At least the last token is prefilled (its logits start sampling). Requests that
-        want per-position outputs over the prompt (input log-probs, routed experts) prefill
-        it whole."""
-        if self.prefix is None or all_logits or req.return_routed_experts:
+        At least the last token is prefilled (its logits start sampling). ``whole``: the
+        request (or one sharing its prompt) wants per-position outputs over the prompt
+        (input log-probs, routed experts), so it is prefilled whole."""
+        if self.prefix is None or whole:
             return 0
         found = self.prefix.match(req.prefill_ids[:-1])
         if found.length == 0:
