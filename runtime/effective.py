@@ -90,7 +90,7 @@ def components(manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
     from runtime.rollout.driver import rollout_concurrency, sampling_seed, submission_granularity
     from runtime.rollout.shaping import Shaping
     from runtime.tracking import WandbSink
-    from runtime.trainer.trainer import TrainerConfig
+    from runtime.trainer.settings import TrainerConfig
 
     return {
         "rollout": {

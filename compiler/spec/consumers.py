@@ -23,7 +23,7 @@ runtime: these are plain strings, resolved only by the test and by ``rlc explain
 
 from __future__ import annotations
 
-_TRAINER = "runtime:runtime.trainer.trainer:contract_settings"
+_TRAINER = "runtime:runtime.trainer.settings:contract_settings"
 _DRIVER = "runtime:runtime.rollout.driver:train"
 _ENGINE_ARGV = "argv:compiler.resolve.argv:embedded_engine_argv"
 _SGLANG_ARGV = "argv:compiler.resolve.argv:sglang_engine_argv"
@@ -114,7 +114,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "training.num_rollouts": ("runtime:runtime.rollout.loop:GRPOLoop.run",),
     "training.algorithm": (
         "runtime:runtime.config:teacher_of",
-        "runtime:runtime.trainer.trainer:_distill_config",
+        "runtime:runtime.trainer.settings:_distill_config",
     ),
     "training.eval_interval": ("runtime:runtime.rollout.driver:_make_evaluator",),
     "training.skip_eval_before_train": ("runtime:runtime.rollout.driver:_make_evaluator",),
@@ -137,9 +137,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "teacher.mem_fraction_static": (_TEACHER_ARGV,),
     "teacher.seed": (_TEACHER_ARGV,),
     "teacher.num_params": ("compile:sizes the plan's teacher memory estimate",),
-    "distillation.loss": ("runtime:runtime.trainer.trainer:_distill_config",),
-    "distillation.coef": ("runtime:runtime.trainer.trainer:_distill_config",),
-    "distillation.reward_weight": ("runtime:runtime.trainer.trainer:_distill_config",),
+    "distillation.loss": ("runtime:runtime.trainer.settings:_distill_config",),
+    "distillation.coef": ("runtime:runtime.trainer.settings:_distill_config",),
+    "distillation.reward_weight": ("runtime:runtime.trainer.settings:_distill_config",),
     # [trainer]
     "trainer.nodes": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",
@@ -187,17 +187,13 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.num_engines": (
         "compile:sizes the placement plan the runtime executes (plan.placement)",
     ),
-    "inference.router": ("runtime:runtime.entrypoints.execute:NodeRunner.start_router",),
-    "inference.router_policy": ("runtime:runtime.engines.router:RouterSettings.from_contract",),
-    "inference.router_cache_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_contract",
+    "inference.router": (
+        "compile:whether the plan places a router (plan.router), the one NodeRunner.start_router starts",
     ),
-    "inference.router_balance_abs_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_contract",
-    ),
-    "inference.router_balance_rel_threshold": (
-        "runtime:runtime.engines.router:RouterSettings.from_contract",
-    ),
+    "inference.router_policy": ("argv:compiler.resolve.argv:router_argv",),
+    "inference.router_cache_threshold": ("argv:compiler.resolve.argv:router_argv",),
+    "inference.router_balance_abs_threshold": ("argv:compiler.resolve.argv:router_argv",),
+    "inference.router_balance_rel_threshold": ("argv:compiler.resolve.argv:router_argv",),
     "inference.prompts_per_collection": ("runtime:runtime.rollout.loop:GRPOLoop._sync_collection",),
     "inference.samples_per_prompt": ("runtime:runtime.rollout.collect:Collector._one_group",),
     "inference.global_batch_size": (

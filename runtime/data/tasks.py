@@ -478,13 +478,32 @@ LOADERS: dict[TaskName, Callable[[Mapping[str, Any], int], TaskData]] = {
 }
 
 
-def task_entries(data: DataSection) -> list[dict[str, Any]]:
+class TaskEntryView(Mapping[str, Any]):
+    """A ``[data] tasks`` entry as the loaders take it (a mapping), each value read from
+    the section when a loader asks for it, so a run reads only the settings its task uses."""
+
+    def __init__(self, entry: Any, data: DataSection) -> None:
+        self._entry = entry
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "prompt_wrapper":
+            return self._entry.prompt_wrapper or self._data.prompt_wrapper
+        if key not in type(self._entry).model_fields:
+            raise KeyError(key)
+        return getattr(self._entry, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(type(self._entry).model_fields)
+
+    def __len__(self) -> int:
+        return len(type(self._entry).model_fields)
+
+
+def task_entries(data: DataSection) -> list[Mapping[str, Any]]:
     """The ``[data] tasks`` entries as the loaders take them, each with its prompt wrapper
     (the compiler fills it from ``data.prompt_wrapper``; a hand-built section may not)."""
-    return [
-        {**t.model_dump(), "prompt_wrapper": t.prompt_wrapper or data.prompt_wrapper}
-        for t in data.tasks or []
-    ]
+    return [TaskEntryView(t, data) for t in data.tasks or []]
 
 
 def load_task(entry: Mapping[str, Any], seed: int) -> TaskData:

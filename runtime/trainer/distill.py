@@ -21,27 +21,12 @@ sum over tokens divided by ``token_divisor``, like ``grpo_loss``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .grpo import GRPOConfig, grpo_loss, kl_penalty
+from .settings import DistillConfig
 
-LOSSES = ("reverse_kl", "reverse_kl_k3")
 DISTILL_SUMS = ("opd_kl", "opd_k3", "opd_tokens")
-
-
-@dataclass
-class DistillConfig:
-    loss: str = "reverse_kl"
-    coef: float = 1.0
-    reward_weight: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise ValueError(f"distillation loss must be one of {LOSSES} (got {self.loss!r})")
-        if self.coef <= 0 or self.reward_weight < 0:
-            raise ValueError("distillation coef must be > 0 and reward_weight >= 0")
 
 
 def opd_loss(

@@ -9,28 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class GRPOConfig:
-    eps_clip: float = 0.2
-    eps_clip_high: float = 0.28
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"  # k1 | k2 | k3
-    entropy_coef: float = 0.0
-    off_policy_correction: str = "none"  # tis | none
-    tis_clip: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.kl_estimator not in ("k1", "k2", "k3"):
-            raise ValueError(f"kl_estimator must be k1, k2 or k3 (got {self.kl_estimator!r})")
-        if self.off_policy_correction not in ("tis", "none"):
-            raise ValueError(
-                f"off_policy_correction must be tis or none (got {self.off_policy_correction!r})"
-            )
+from .settings import GRPOConfig
 
 
 def group_advantages(

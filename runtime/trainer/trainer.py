@@ -20,7 +20,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -28,13 +27,10 @@ import torch
 import torch.distributed as dist
 from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 
-from contract.run import RunContract
-from contract.spec.root import Spec
-from runtime.config import required
 from runtime.models import LoadedModel, load_model, state_checksum
 from runtime.models.attention import set_attention_backend
 
-from .distill import DISTILL_SUMS, DistillConfig, opd_loss
+from .distill import DISTILL_SUMS, opd_loss
 from .distributed import (
     DistInfo,
     Rendezvous,
@@ -45,7 +41,7 @@ from .distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from .grpo import METRIC_SUMS, GRPOConfig, grpo_loss
+from .grpo import METRIC_SUMS, grpo_loss
 from .logprobs import token_logprobs
 from .packing import IGNORE, PackedRow, pack_samples, pad_row
 from .parallel import (
@@ -67,126 +63,17 @@ from .replay import (
     router_tap,
 )
 from .schedule import lr_multiplier
+from .settings import (  # noqa: F401  (re-exported: the trainer's settings live there)
+    DEFAULT_PACKING_MAX_TOKENS,
+    DistillConfig,
+    GRPOConfig,
+    TrainerConfig,
+    contract_settings,
+)
 from .split import split_indices
 from .types import Sample
 
-DEFAULT_PACKING_MAX_TOKENS = 8192
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainerConfig:
-    model_source: str = "builtin:tiny"
-    seed: int = 0
-    device: str = "cpu"
-    lr: float = 1e-6
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    total_steps: int = 100
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    clip_grad: float | None = 1.0
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    distill: DistillConfig | None = None  # on-policy distillation (training.algorithm = "opd")
-    sequence_packing: bool = True
-    packing_max_tokens: int | None = None
-    activation_recompute: bool = False
-    bf16_autocast: bool | None = None  # None: on for CUDA, off for CPU
-    router_aux_loss_coef: float | None = None  # None keeps the model config's value
-    router_z_loss_coef: float | None = None
-    router_aux_loss_reduction: str = "token"  # "token": all tokens of a row; "response"
-    router_z_loss_reduction: str = "token"
-    router_replay: bool = False  # execute the experts recorded at rollout (Sample.routed_experts)
-    expert_parallel: int = 1
-    architecture: str | None = None
-    hf_template: str | None = None  # tokenizer of an OLMo-core checkpoint (model.hf_template)
-    chat_template: str | None = None  # model.chat_template: a template name or .jinja file
-    fp32_lm_head: bool = False  # LM head (and logits) in float32 under bf16 autocast
-    row_specialization: str = "dynamic"  # "dynamic": rows sized to their samples; "static"
-    world_size: int = 1  # the compiled trainer world; the process group must match it
-    nodes: int = 1  # trainer nodes (HSDP replicates across them)
-    max_row_tokens: int | None = None  # the longest row (fixes MoE capacity under EP)
-    attention_backend: str | None = None  # None keeps the loader's ("sdpa": dense doc masks)
-    # launch.coordination.startup_timeout: the ranks' rendezvous and start-up gates, and
-    # the bound of every trainer collective (a peer gone silent fails it, not the default 30 min)
-    startup_timeout_s: float = 1800.0
-
-    @classmethod
-    def from_contract(cls, run: RunContract) -> TrainerConfig:
-        """The trainer of a compiled run: every field from the contract (none is left to
-        the defaults above, which serve direct construction in tests and benchmarks)."""
-        return cls(**contract_settings(run))
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["grpo"] = dict(vars(self.grpo))
-        out["distill"] = None if self.distill is None else dict(vars(self.distill))
-        return out
-
-
-def contract_settings(run: RunContract) -> dict[str, Any]:
-    """Every `TrainerConfig` field, from the contract (tests/unit/test_runtime_config.py
-    checks that none is missing)."""
-    c = run.config
-    model, trainer, opt, asy = c.model, c.trainer, c.optimizer, c.async_
-    ctx = c.inference.max_context_length
-    kw: dict[str, Any] = dict(
-        model_source=model.source,
-        seed=required(c.runtime.seed, "runtime.seed"),
-        device=required(trainer.device, "trainer.device"),
-        lr=opt.lr,
-        schedule=opt.schedule,
-        warmup_steps=opt.warmup_steps,
-        min_lr_ratio=_min_lr_ratio(opt.lr, opt.min_lr),
-        total_steps=run.plan.batch.total_optimizer_steps,
-        weight_decay=opt.weight_decay,
-        adam_beta1=opt.adam_beta1,
-        adam_beta2=opt.adam_beta2,
-        adam_eps=opt.adam_eps,
-        clip_grad=opt.clip_grad,
-        grpo=GRPOConfig(
-            eps_clip=opt.eps_clip,
-            eps_clip_high=opt.eps_clip_high,
-            kl_coef=opt.kl_coef,
-            kl_estimator=opt.kl_estimator,
-            entropy_coef=opt.entropy_coef,
-            off_policy_correction=(asy.off_policy_correction or "none") if asy.enabled else "none",
-            tis_clip=asy.tis_clip,
-        ),
-        sequence_packing=trainer.sequence_packing,
-        packing_max_tokens=trainer.packing_max_tokens or ctx,
-        activation_recompute=trainer.activation_recompute,
-        bf16_autocast=_compute_bf16(model.dtype),
-        router_aux_loss_coef=trainer.router_aux_loss_coef,
-        router_z_loss_coef=trainer.router_z_loss_coef,
-        router_aux_loss_reduction=trainer.router_aux_loss_reduction,
-        router_z_loss_reduction=trainer.router_z_loss_reduction,
-        router_replay=trainer.router_replay,
-        expert_parallel=trainer.expert_parallel,
-        architecture=model.architecture,
-        hf_template=model.hf_template,
-        chat_template=model.chat_template,
-        fp32_lm_head=trainer.fp32_lm_head,
-        row_specialization=trainer.row_specialization,
-        world_size=run.plan.placement.trainer.world_size,
-        nodes=trainer.nodes,
-        max_row_tokens=max(trainer.packing_max_tokens or 0, ctx),
-        attention_backend=trainer.attention_backend,
-        startup_timeout_s=float(required(c.runtime.startup_timeout_s, "runtime.startup_timeout_s")),
-        distill=_distill_config(c),
-    )
-    return kw
-
-
-def _distill_config(c: Spec) -> DistillConfig | None:
-    """The distillation loss of an ``opd`` run (None for GRPO)."""
-    if c.training.algorithm != "opd":
-        return None
-    d = c.distillation
-    return DistillConfig(loss=d.loss, coef=d.coef, reward_weight=d.reward_weight)
 
 
 def _fp32_lm_head(model: torch.nn.Module) -> None:
@@ -205,23 +92,6 @@ def _fp32_lm_head(model: torch.nn.Module) -> None:
             return inner(x.float(), *args, **kwargs)
 
     head.forward = forward
-
-
-def _compute_bf16(dtype: Any) -> bool | None:
-    """``model.dtype`` picks the trainer's compute dtype: bf16 compute (FSDP's param_dtype
-    and autocast) over fp32 master weights, or fp32 throughout; None: by device."""
-    if dtype is None:
-        return None
-    if dtype not in ("bfloat16", "float32"):
-        raise ValueError(f"model.dtype must be bfloat16 or float32, not {dtype!r}")
-    return dtype == "bfloat16"
-
-
-def _min_lr_ratio(lr: float, min_lr: float) -> float:
-    """``optimizer.min_lr`` as a fraction of the peak LR (the schedules' floor)."""
-    if min_lr > lr:
-        raise ValueError(f"optimizer.min_lr ({min_lr:g}) exceeds optimizer.lr ({lr:g})")
-    return min_lr / lr if lr > 0 else 0.0
 
 
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts

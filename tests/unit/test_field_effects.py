@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from recorded_reads import recorded_reads
 from test_consumers import _models
 
 from compiler.pipeline import CompileResult, compile_spec
@@ -83,29 +84,59 @@ def _base(base: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return manifest["config"], _observed(effective(manifest, "{manifest}"))
 
 
-def _runtime_read(key: str) -> bool:
-    """The consumer registry names a runtime reader of ``key`` or of a field under it
-    (tests/unit/test_consumers.py checks each reader mentions the field)."""
-    return any(
-        use.startswith("runtime:")
-        for path, uses in CONSUMERS.items()
-        if path == key or path.startswith(key + ".")
-        for use in uses
-    )
+# the spec fields the recorded quickstart run read (set once per session, see `_recording`)
+READS: set[str] = set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _recording(tmp_path_factory: pytest.TempPathFactory) -> None:
+    READS.update(recorded_reads(tmp_path_factory)["read"])
+
+
+def _runtime_claimed(key: str) -> bool:
+    """The consumer registry names a runtime reader of ``key``."""
+    return any(use.startswith("runtime:") for use in CONSUMERS.get(key, ()))
+
+
+def _counted(key: str) -> bool:
+    """A setting counts as an effect when a recorded run read it, or, for the fields no
+    CPU run reaches (`NOT_RECORDED`, each with its reason), when the registry claims a
+    runtime reader of it."""
+    return key in READS or (key in NOT_RECORDED and _runtime_claimed(key))
+
+
+_DROP = object()
+
+
+def _kept(value: Any, path: str) -> Any:
+    """``value`` (the settings at spec path ``path``) with only the fields that count."""
+    if path in fields():
+        return value if _counted(path) else _DROP
+    if isinstance(value, dict):
+        entries = any(f.startswith(path + ".*.") for f in fields())
+        kept = {
+            k: _kept(v, path + ".*" if entries else (f"{path}.{k}" if path else k))
+            for k, v in value.items()
+        }
+        return {k: v for k, v in kept.items() if v is not _DROP}
+    if isinstance(value, list):
+        return [_kept(v, path + ".[]") for v in value]
+    return value if _counted(path) else _DROP
 
 
 def _observed(view: dict[str, Any]) -> dict[str, Any]:
     """The view as this check compares it: the typed settings are the whole contract (every
-    section a component receives), so only the fields a runtime reader reads count there;
-    the rest shows through the plan, the processes' command lines or not at all."""
+    section a component receives), so only the fields a recorded run READ count there; the
+    rest shows through the plan, the processes' command lines, the components' own derived
+    settings or not at all."""
     settings = {}
     for section, value in view["settings"].items():
         if section in ("plan", "paths", "judge_bindings", "teacher"):
             settings[section] = value
-        elif isinstance(value, dict):
-            settings[section] = {k: v for k, v in value.items() if _runtime_read(f"{section}.{k}")}
-        elif _runtime_read(section):
-            settings[section] = value
+        else:
+            kept = _kept(value, section)
+            if kept is not _DROP:
+                settings[section] = kept
     return {**view, "settings": settings}
 
 
@@ -281,6 +312,54 @@ EXEMPT: dict[str, str] = {
         )
     },  # fmt: skip
 }
+
+
+# Fields whose runtime readers the recorded CPU quickstart never reaches: they count as an
+# effect on the consumer registry's word alone (a claim, not an observation), so each says
+# why no recorded run can read it and where it is exercised instead.
+_ASYNC = "read only with async.enabled; the recorded quickstart is synchronous (tests/e2e/test_runtime_refresh.py runs async)"
+_DISTILL = (
+    "read only by training.algorithm = 'opd', which needs a teacher server (tests/e2e/test_opd.py)"
+)
+_TOOLS = "read by multi-turn tool use; the quickstart has no tools (tests/e2e/test_tool_use.py)"
+_BACKGROUND = (
+    "background evaluation submits Beaker jobs, which no CPU run does (tests/unit/test_evaluate.py)"
+)
+_PREPARE = "read when data is prepared ahead of the run (rlc prepare), which a builtin task skips (tests/unit/test_data_manifest.py)"
+_OTHER_TASK = "read only by the task or verifier it names; the quickstart's task is arithmetic"
+_JUDGE_READ = (
+    "read by judge-scored rewards, which need a judge server and a judge table no CPU base spec has"
+)
+NOT_RECORDED: dict[str, str] = {
+    **{f"async.{k}": _ASYNC for k in ("max_policy_lag", "off_policy_correction", "producer_budget", "publication_mode", "unused_sample_handler")},
+    **{f"distillation.{k}": _DISTILL for k in ("coef", "loss", "reward_weight")},
+    **{f"teacher.{k}": _DISTILL for k in ("max_running_requests", "source")},
+    **{f"environment.{k}": _TOOLS for k in ("call_close", "call_open", "final_answer_pattern", "max_tool_output_chars", "max_turns", "result_template", "stop", "tool_timeout_s")},
+    **{f"evaluation.{k}": _BACKGROUND for k in ("initial", "interval", "server_args", "submit_timeout", "workspace", "tasks.[].generation", "tasks.[].interval", "tasks.[].scoring", "tasks.[].task")},
+    "name": _BACKGROUND,
+    "model.format": "read by the preparation step that converts an HF checkpoint; a builtin model needs none (tests/unit/test_model_source.py)",
+    "output.root": _PREPARE,
+    "inference.max_prompt_length": _PREPARE,
+    "data.reward_config": _PREPARE,
+    "data.eval.[].name": "read by [[data.eval]] sets, which the quickstart has none of (tests/unit/test_eval_tasks.py)",
+    "data.eval.[].path": "read by [[data.eval]] sets, which the quickstart has none of (tests/unit/test_eval_tasks.py)",
+    "data.prompt_wrapper": "the compiler copies it into every data.tasks entry; read only for a hand-built section",
+    **{f"data.tasks.[].{k}": _OTHER_TASK for k in ("allow_subtraction", "digits", "path", "weight")},
+    **{f"rewards.{k}": _OTHER_TASK for k in ("ifeval.aggregate", "ifeval.strict", "math.equivalence", "math.timeout_s")},
+    **{p: _JUDGE_READ for p in ("judges.*.chat_template", "judges.*.context_extension", "judges.*.endpoint", "judges.*.gpus", "judges.*.max_concurrent_calls", "judges.*.max_context_length", "judges.*.mode", "judges.*.model", "judges.*.prepared_dir", "judges.*.revision", "judges.*.timeout", "judging.bindings.*.judge", "judging.bindings.*.rubric", "rubrics.*.max_response_tokens", "rubrics.*.profile", "rubrics.*.temperature")},
+}  # fmt: skip
+
+
+def test_every_runtime_reader_the_quickstart_reaches_was_seen_reading() -> None:
+    """A field the registry says the runtime reads was read by the recorded quickstart,
+    unless it is listed in `NOT_RECORDED` with why no CPU run reaches its reader."""
+    claimed = {path for path in fields() if _runtime_claimed(path)}
+    unseen = sorted(claimed - READS - set(NOT_RECORDED))
+    assert not unseen, f"claimed runtime readers never read these in the recorded run: {unseen}"
+    stale = sorted(set(NOT_RECORDED) & READS)
+    assert not stale, f"recorded as read, so no longer NOT_RECORDED: {stale}"
+    assert set(NOT_RECORDED) <= claimed, "NOT_RECORDED lists a field without a runtime reader"
+    assert all(len(reason.split()) >= 5 for reason in NOT_RECORDED.values())
 
 
 @pytest.mark.parametrize("path", sorted(fields()))
