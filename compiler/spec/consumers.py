@@ -81,7 +81,9 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
         "compile:derives manifest.paths, where the runtime writes (runtime.config.Paths)",
     ),
     "output.allow_outside": ("rule:output-root-outside",),
-    "output.export_hf": (_DRIVER,),
+    "output.export_hf": (
+        "compile:derives checkpoint.export_hf_final, which the rollout driver reads",
+    ),
     "output.rollout_sample_rate": ("runtime:runtime.rollout.loop:GRPOLoop._dump_rollouts",),
     # [launch]: the Beaker experiment
     "launch.workspace": ("cli:rlc_cli.launch.beaker:_submit",),

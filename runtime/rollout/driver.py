@@ -685,7 +685,9 @@ def train(runner: Node) -> dict[str, Any]:
                 tracker.finish()
     if runner.stop:
         log(f"stopped after collection {state.collection}: {runner.stop.reason}")
-    exported = not runner.stop and (cfg.output.export_hf or cfg.checkpoint.export_hf_final)
+    # checkpoint.export_hf_final: resolved from output.export_hf unless the spec sets it
+    final = required(cfg.checkpoint.export_hf_final, "checkpoint.export_hf_final")
+    exported = not runner.stop and final
     if exported:
         trainer.export_hf(cfg.paths.export_hf)
     verifier_for.close()

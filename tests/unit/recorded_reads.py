@@ -23,7 +23,10 @@ def recorded_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[st
     """``{"read": paths, "dump": paths}`` over every process of a recorded quickstart run."""
     from runtime.record_reads import ENV, load
 
-    root = tmp_path_factory.getbasetemp().parent / "recorded-quickstart"
+    base = tmp_path_factory.getbasetemp()
+    # xdist workers' temporary directories share this test run's parent directory
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "recorded-quickstart"
     root.mkdir(parents=True, exist_ok=True)
     with (root / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

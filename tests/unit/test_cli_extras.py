@@ -95,6 +95,7 @@ def test_launch_without_beaker_is_one_line_exit_2(tmp_path: Path) -> None:
     [
         ["validate", str(QUICKSTART)],
         ["plan", str(QUICKSTART)],
+        ["plan", str(QUICKSTART), "--effective"],
         ["compile", str(QUICKSTART), "-o", "{tmp}/build"],
         ["explain", "trainer.expert_parallel"],
         ["explain", "trainer.expert_parallel", "--format", "json"],
@@ -109,6 +110,33 @@ def test_light_commands_do_not_import_torch(argv: list[str], tmp_path: Path) -> 
     res = rlc([a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert "TORCH_IMPORTED=False" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_print_effective_does_not_import_torch(tmp_path: Path) -> None:
+    """``execute MANIFEST --print-effective`` shows every component's settings (the
+    trainer's too) from plain data: no tensor library is loaded."""
+    from compiler.manifest.manifest import write_manifest
+    from compiler.pipeline import compile_spec
+
+    manifest = write_manifest(compile_spec(str(QUICKSTART), []).manifest(), tmp_path / "m.json")
+    script = (
+        "import sys\n"
+        "from runtime.entrypoints.execute import main\n"
+        "code = main([sys.argv[1], '--print-effective'])\n"
+        "print('TORCH_IMPORTED=%s' % ('torch' in sys.modules), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(manifest)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "TORCH_IMPORTED=False" in res.stderr, res.stderr
+    assert '"trainer"' in res.stdout
 
 
 def _git(repo: Path, *args: str) -> None:

@@ -344,7 +344,7 @@ NOT_RECORDED: dict[str, str] = {
     "data.eval.[].name": "read by [[data.eval]] sets, which the quickstart has none of (tests/unit/test_eval_tasks.py)",
     "data.eval.[].path": "read by [[data.eval]] sets, which the quickstart has none of (tests/unit/test_eval_tasks.py)",
     "data.prompt_wrapper": "the compiler copies it into every data.tasks entry; read only for a hand-built section",
-    **{f"data.tasks.[].{k}": _OTHER_TASK for k in ("allow_subtraction", "digits", "path", "weight")},
+    **{f"data.tasks.[].{k}": _OTHER_TASK for k in ("digits", "path")},
     **{f"rewards.{k}": _OTHER_TASK for k in ("ifeval.aggregate", "ifeval.strict", "math.equivalence", "math.timeout_s")},
     **{p: _JUDGE_READ for p in ("judges.*.chat_template", "judges.*.context_extension", "judges.*.endpoint", "judges.*.gpus", "judges.*.max_concurrent_calls", "judges.*.max_context_length", "judges.*.mode", "judges.*.model", "judges.*.prepared_dir", "judges.*.revision", "judges.*.timeout", "judging.bindings.*.judge", "judging.bindings.*.rubric", "rubrics.*.max_response_tokens", "rubrics.*.profile", "rubrics.*.temperature")},
 }  # fmt: skip
