@@ -5,7 +5,7 @@ generically: dataclasses and pydantic models become JSON; the untyped ``raw`` pa
 sections are left out, so a field shows here only through a typed setting) and every
 process's command line and environment exactly as this node would start it (the
 substitutions of ``runtime.node.launch_argv``, with the compiled ports in place of the ones a
-node picks at start-up). Nothing starts; the trainer's settings type is the one torch import.
+node picks at start-up). Nothing starts, and no tensor library is imported.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
 
 def components(manifest: dict[str, Any], cfg: Any) -> dict[str, Any]:
     """The settings components derive for themselves from the manifest: the trainer's
-    (``TrainerConfig``: its module imports torch, so this part does too), the rollout
+    (``TrainerConfig``, plain data in a torch-free module), the rollout
     driver's, the tracking sink's and the compiler cache's."""
     from runtime.compiler_cache import CompilerCache
     from runtime.rollout.driver import rollout_concurrency, sampling_seed, submission_granularity

@@ -227,7 +227,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "optimizer.lr": (_TRAINER,),
     "optimizer.schedule": (_TRAINER,),
     "optimizer.warmup_steps": (_TRAINER,),
-    "optimizer.min_lr": ("runtime:runtime.trainer.trainer:_min_lr_ratio",),
+    "optimizer.min_lr": ("runtime:runtime.trainer.settings:_min_lr_ratio",),
     "optimizer.weight_decay": (_TRAINER,),
     "optimizer.adam_beta1": (_TRAINER,),
     "optimizer.adam_beta2": (_TRAINER,),
