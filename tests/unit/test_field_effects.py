@@ -5,6 +5,16 @@ valid value; the effective view (``rlc plan --effective``: the typed settings ev
 component receives and every process's argv/env) must change, or a diagnostic must point
 at the perturbed value (a warning that says why it has no effect there). A field that can
 do neither here is listed in ``EXEMPT`` with the reason.
+
+The typed settings are the whole resolved spec, so a perturbed value always changes them;
+a setting counts only if a real run READ it: the quickstart runs once per test run with
+``RLC_RECORD_READS`` (tests/unit/recorded_reads.py), which records every spec field any of
+its processes reads. Of the 242 fields, 174 have a runtime reader in the consumer
+registry; 57 of those are read only where no CPU run goes (async rollouts, distillation,
+tool use, Beaker evaluation, judges, other tasks' loaders, ahead-of-time preparation) and
+count on the registry's word: each is listed in ``NOT_RECORDED`` with its reason.
+`test_every_runtime_reader_the_quickstart_reaches_was_seen_reading` fails on a claimed
+reader the recorded run never saw read.
 """
 
 from __future__ import annotations
