@@ -389,7 +389,10 @@ def test_every_exemption_names_a_field_and_a_reason() -> None:
     assert all(len(reason.split()) >= 5 for reason in EXEMPT.values())
 
 
-if __name__ == "__main__":  # print the outcome of every field
+if __name__ == "__main__":  # print the outcome of every field; argv[1]: a recorded reads dir
     sys.path.insert(0, str(ROOT))
+    from runtime.record_reads import load
+
+    READS.update(load(sys.argv[1])["read"] if len(sys.argv) > 1 else ())
     for p in sorted(fields()):
         print(f"{effect_of(p):22} {p}")
