@@ -2,15 +2,20 @@
 
 The quickstart (tests/e2e/rt_helpers.py: its small variant, two collections) runs once per
 test run with the recorder on; parallel test workers share it through a lock on pytest's
-common temporary directory, so it runs once however many workers ask.
+common temporary directory, so it runs once however many workers ask. It runs in the
+background: `start` returns at once, and the returned function waits for the recording.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -18,33 +23,69 @@ E2E = Path(__file__).resolve().parents[1] / "e2e"
 # two collections, an evaluation and an export: every component of the quickstart runs
 OVERRIDES = ("training.num_rollouts=2", "training.eval_interval=1")
 
+Reads = dict[str, set[str]]
 
-def recorded_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
-    """``{"read": paths, "dump": paths}`` over every process of a recorded quickstart run."""
-    from runtime.record_reads import ENV, load
+
+def start(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Reads]:
+    """Start (or join) this test run's recorded quickstart; call the result for
+    ``{"read": paths, "dump": paths}`` over every process of the run."""
+    from runtime.record_reads import load
 
     base = tmp_path_factory.getbasetemp()
     # xdist workers' temporary directories share this test run's parent directory
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     root = shared / "recorded-quickstart"
     root.mkdir(parents=True, exist_ok=True)
-    with (root / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = root / "done"
-        if not done.exists():
-            _record(root, ENV)
+    lock = (root / "lock").open("w")
+    done = root / "done"
+    outcome: list[BaseException] = []
+
+    def finish(proc: subprocess.Popen[str] | None, lock: IO[str]) -> None:
+        try:
+            if proc is None:  # another worker records: wait for its lock
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not done.exists():
+                    raise AssertionError("the recorded quickstart run failed in another worker")
+                return
+            out, _ = proc.communicate(timeout=300)
+            if proc.returncode != 0:
+                raise AssertionError(f"recorded quickstart failed:\n{out[-3000:]}")
             done.write_text("ok")
-    return load(root / "reads")
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            lock.close()
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = None if done.exists() else _launch(root)
+    except BlockingIOError:
+        proc = None
+    thread = threading.Thread(target=finish, args=(proc, lock), daemon=True)
+    thread.start()
+
+    def reads() -> Reads:
+        thread.join()
+        if outcome:
+            raise outcome[0]
+        return load(root / "reads")
+
+    return reads
 
 
-def _record(root: Path, env_name: str) -> None:
+def _launch(root: Path) -> subprocess.Popen[str]:
+    """Compile the small quickstart into ``root`` and start it with the recorder on."""
+    from runtime.record_reads import ENV
+
     sys.path.insert(0, str(E2E))
     import rt_helpers
 
     manifest = rt_helpers.compile_manifest(root, (*rt_helpers.SMALL, *OVERRIDES))
-    os.environ[env_name] = str(root / "reads")
-    try:
-        code, out = rt_helpers.run(manifest)
-    finally:
-        del os.environ[env_name]
-    assert code == 0, out[-3000:]
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime.entrypoints.execute", str(manifest), "--no-progress"],
+        cwd=rt_helpers.ROOT,
+        env={**rt_helpers.env(), ENV: str(root / "reads")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -23,15 +23,15 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+import recorded_reads
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from recorded_reads import recorded_reads
 from test_consumers import _models
 
 from compiler.pipeline import CompileResult, compile_spec
@@ -91,16 +91,26 @@ def _base(base: str) -> tuple[dict[str, Any], dict[str, Any]]:
     result = _compile(base)
     assert not result.errors
     manifest = result.manifest()
-    return manifest["config"], _observed(effective(manifest, "{manifest}"))
+    return manifest["config"], effective(manifest, "{manifest}")
 
 
-# the spec fields the recorded quickstart run read (set once per session, see `_recording`)
+# the spec fields the recorded quickstart run read (see `_recording` and `_reads`)
 READS: set[str] = set()
+_RECORDED: list[Callable[[], dict[str, set[str]]]] = []
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _recording(tmp_path_factory: pytest.TempPathFactory) -> None:
-    READS.update(recorded_reads(tmp_path_factory)["read"])
+    """Start the recorded quickstart; it runs while fields whose effect shows outside the
+    typed settings (plan, command lines, components) are checked without it."""
+    _RECORDED.append(recorded_reads.start(tmp_path_factory))
+
+
+def _reads() -> set[str]:
+    """The recorded reads, once the recorded run has finished."""
+    while _RECORDED:
+        READS.update(_RECORDED.pop()()["read"])
+    return READS
 
 
 def _runtime_claimed(key: str) -> bool:
@@ -112,7 +122,7 @@ def _counted(key: str) -> bool:
     """A setting counts as an effect when a recorded run read it, or, for the fields no
     CPU run reaches (`NOT_RECORDED`, each with its reason), when the registry claims a
     runtime reader of it."""
-    return key in READS or (key in NOT_RECORDED and _runtime_claimed(key))
+    return key in _reads() or (key in NOT_RECORDED and _runtime_claimed(key))
 
 
 _DROP = object()
@@ -229,21 +239,46 @@ TABLE_VALUES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _outside_settings(view: dict[str, Any]) -> dict[str, Any]:
+    """What the view shows besides the spec sections: the processes, the components'
+    derived settings, and the plan, paths and joins of the typed settings."""
+    joined = ("plan", "paths", "judge_bindings", "teacher")
+    return {**view, "settings": {k: view["settings"].get(k) for k in joined}}
+
+
 def effect_of(path: str) -> str:
     """ "effect", "diagnostic" (a warning at the value, or every other value refused at it),
-    or why neither was seen (over the bases, in order)."""
+    or why neither was seen (over the bases, in order). An effect outside the typed
+    settings is looked for first: it needs no recorded reads."""
     if ".*." in path:
         return "no entry in the base specs"
+    variants: dict[tuple[str, str], Variant] = {}  # each variant compiled once
+    outcome = _scan(path, _outside_settings, variants)
+    if outcome in ("effect", "diagnostic"):
+        return outcome
+    return _scan(path, _observed, variants)
+
+
+def _scan(
+    path: str,
+    seen_as: Callable[[dict[str, Any]], dict[str, Any]],
+    variants: dict[tuple[str, str], Variant],
+) -> str:
     override_path = path.replace(".[].", ".0.")
     refused = False
     for base in BASES:
-        config, view = _base(base)
+        config, full = _base(base)
+        view = seen_as(full)
         tried = 0
         values = TABLE_VALUES.get(path) or tuple(
             _toml(v) for v in candidates(fields()[path], _lookup(config, override_path))
         )
         for value in values:
-            result = _compile(base, f"{override_path}={value}")
+            key = (base, f"{override_path}={value}")
+            if key not in variants:
+                variants[key] = Variant(_compile(*key))
+            variant = variants[key]
+            result = variant.result
             at_value = [d for d in result.diagnostics if d.span and d.span.source == PERTURBED]
             if result.errors:
                 refused = refused or any(d.severity == "error" for d in at_value)
@@ -252,7 +287,7 @@ def effect_of(path: str) -> str:
             if at_value:
                 return "diagnostic"
             try:
-                seen = _observed(effective(result.manifest(), "{manifest}"))
+                seen = seen_as(variant.view())
             except ContractError:  # a derived value outside the spec's bounds: the runtime
                 return "effect"  # refuses the manifest before anything starts
             if seen != view:
@@ -260,6 +295,19 @@ def effect_of(path: str) -> str:
         if tried:
             return "no effect"
     return "diagnostic" if refused else "no valid other value"
+
+
+class Variant:
+    """One perturbed compile and its effective view, built once (may raise ContractError)."""
+
+    def __init__(self, result: CompileResult) -> None:
+        self.result = result
+        self._view: dict[str, Any] | None = None
+
+    def view(self) -> dict[str, Any]:
+        if self._view is None:
+            self._view = effective(self.result.manifest(), "{manifest}")
+        return self._view
 
 
 # Fields whose effect this check cannot see, each with the reason (and where it is tested).
@@ -364,9 +412,9 @@ def test_every_runtime_reader_the_quickstart_reaches_was_seen_reading() -> None:
     """A field the registry says the runtime reads was read by the recorded quickstart,
     unless it is listed in `NOT_RECORDED` with why no CPU run reaches its reader."""
     claimed = {path for path in fields() if _runtime_claimed(path)}
-    unseen = sorted(claimed - READS - set(NOT_RECORDED))
+    unseen = sorted(claimed - _reads() - set(NOT_RECORDED))
     assert not unseen, f"claimed runtime readers never read these in the recorded run: {unseen}"
-    stale = sorted(set(NOT_RECORDED) & READS)
+    stale = sorted(set(NOT_RECORDED) & _reads())
     assert not stale, f"recorded as read, so no longer NOT_RECORDED: {stale}"
     assert set(NOT_RECORDED) <= claimed, "NOT_RECORDED lists a field without a runtime reader"
     assert all(len(reason.split()) >= 5 for reason in NOT_RECORDED.values())
