@@ -33,14 +33,7 @@ SCHEMA_VERSION = 1
 class Spec(Section):
     """A whole run spec."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        allow_inf_nan=False,
-        frozen=True,
-        defer_build=True,
-        populate_by_name=True,
-    )
+    model_config = ConfigDict(**Section.model_config, populate_by_name=True)
 
     schema_version: Literal[1] = fld(description="spec schema version; must be 1")
     name: str = fld(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,6 +113,39 @@ class LocalExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ExecutorEndpoint:
+    """The URL of a configured executor, or of a local one started on first use (once,
+    even from several threads) and stopped by `close` or at interpreter exit."""
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+        self._url = settings.endpoint
+        self._local: LocalExecutor | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        with self._lock:
+            if self._url is None:
+                self._local = LocalExecutor(self.settings)
+                atexit.register(self._local.close)
+                self._url = self._local.url
+            return self._url
+
+    @property
+    def started_locally(self) -> bool:
+        """Whether a local executor is running for this endpoint."""
+        return self._local is not None
+
+    def close(self) -> None:
+        """Stops a local executor; a later `url` starts a fresh one."""
+        with self._lock:
+            if self._local is not None:
+                self._local.close()
+                self._local = None
+                self._url = self.settings.endpoint
 
 
 def run_request(

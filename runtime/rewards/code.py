@@ -20,9 +20,7 @@ Targets: ``{"mode": "function", "test": <HumanEval test code>, "entry_point": na
 
 from __future__ import annotations
 
-import atexit
 import re
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +29,7 @@ from typing import Any
 import httpx
 
 from contract.spec.rewards import CodeReward
-from runtime.executor.client import LocalExecutor, run_request
+from runtime.executor.client import ExecutorEndpoint, run_request
 from runtime.executor.settings import ExecutorSettings
 from runtime.rewards.base import (
     RewardResult,
@@ -160,9 +158,7 @@ class CodeVerifier(Verifier):
         self.limits = self.settings.limits()
         self.network = self.settings.network
         self.failure_policy = str(cfg.get("failure_policy", "zero"))
-        self._url: str | None = self.settings.endpoint
-        self._local: LocalExecutor | None = None
-        self._lock = threading.Lock()
+        self._executor = ExecutorEndpoint(self.settings)
         self._client = httpx.Client(
             limits=httpx.Limits(max_connections=self.concurrency), trust_env=False
         )
@@ -170,12 +166,7 @@ class CodeVerifier(Verifier):
     @property
     def url(self) -> str:
         """The executor URL, starting a local executor the first time if none is set."""
-        with self._lock:
-            if self._url is None:
-                self._local = LocalExecutor(self.settings)
-                atexit.register(self._local.close)
-                self._url = self._local.url
-            return self._url
+        return self._executor.url
 
     def score(self, response: str, target: Any, metadata: Mapping[str, Any]) -> RewardResult:
         try:
@@ -260,8 +251,4 @@ class CodeVerifier(Verifier):
 
     def close(self) -> None:
         self._client.close()
-        with self._lock:
-            if self._local is not None:
-                self._local.close()
-                self._local = None
-                self._url = None
+        self._executor.close()

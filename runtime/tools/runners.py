@@ -7,15 +7,13 @@ an executor that cannot be reached at all raises (`ToolUnavailable`), like a ver
 
 from __future__ import annotations
 
-import atexit
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from runtime.executor.client import LocalExecutor, run_request
+from runtime.executor.client import ExecutorEndpoint, run_request
 from runtime.executor.settings import ExecutorSettings
 from runtime.tools.calculator import CalculatorError, calculate
 
@@ -56,19 +54,12 @@ class PythonTool:
     def __init__(self, settings: ExecutorSettings, timeout_s: float) -> None:
         self.settings = settings
         self.timeout_s = timeout_s
-        self._url = settings.endpoint
-        self._local: LocalExecutor | None = None
-        self._lock = threading.Lock()
+        self._executor = ExecutorEndpoint(settings)
         self._client = httpx.Client(trust_env=False)
 
     @property
     def url(self) -> str:
-        with self._lock:
-            if self._url is None:
-                self._local = LocalExecutor(self.settings)
-                atexit.register(self._local.close)
-                self._url = self._local.url
-            return self._url
+        return self._executor.url
 
     def payload(self, code: str) -> dict[str, Any]:
         limits = self.settings.limits()
@@ -105,8 +96,7 @@ class PythonTool:
 
     def close(self) -> None:
         self._client.close()
-        if self._local is not None:
-            self._local.close()
+        self._executor.close()
 
 
 def _strip_fence(code: str) -> str:

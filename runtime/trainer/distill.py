@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .grpo import GRPOConfig, grpo_loss, kl_penalty
+from .grpo import GRPOConfig, behaviour_logp, grpo_loss, kl_penalty
 from .settings import DistillConfig
 
 DISTILL_SUMS = ("opd_kl", "opd_k3", "opd_tokens")
@@ -47,7 +47,7 @@ def opd_loss(
     summed ``s - t``, ``opd_k3``: the summed k3 estimate, ``opd_tokens``: tokens with a
     teacher log-prob). Inputs are per selected position, as for ``grpo_loss``."""
     cur = logp.detach()
-    old = cur if old_logp is None else torch.where(torch.isnan(old_logp), cur, old_logp)
+    old = behaviour_logp(cur, old_logp)
     known = ~torch.isnan(teacher_logp)
     teacher = torch.where(known, teacher_logp, old)  # unknown: no distillation term
     adv = distill.reward_weight * advantages

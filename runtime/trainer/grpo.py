@@ -53,6 +53,12 @@ METRIC_SUMS = (
 )
 
 
+def behaviour_logp(cur: torch.Tensor, old_logp: torch.Tensor | None) -> torch.Tensor:
+    """The PPO "old" log-probs: ``old_logp`` where known, else ``cur`` (the current policy,
+    detached), exact when a collection is one optimizer step."""
+    return cur if old_logp is None else torch.where(torch.isnan(old_logp), cur, old_logp)
+
+
 def grpo_loss(
     logp: torch.Tensor,
     *,
@@ -73,7 +79,7 @@ def grpo_loss(
     """
     mask = mask.to(logp.dtype)
     cur = logp.detach()
-    old = cur if old_logp is None else torch.where(torch.isnan(old_logp), cur, old_logp)
+    old = behaviour_logp(cur, old_logp)
     log_ratio = logp - old
     ratio = torch.exp(log_ratio)
     pg1 = -advantages * ratio

@@ -190,7 +190,7 @@ def test_spec_endpoint_selects_the_executor(executor):
     before = httpx.get(executor.url + "/health", trust_env=False).json()["runs"]
     v = get_verifier("code", _spec(endpoint=executor.url))
     assert v.score("print('done')\n", STDIO_OK, {}).score == 1.0
-    assert v._local is None  # no local executor was started
+    assert not v._executor.started_locally
     after = httpx.get(executor.url + "/health", trust_env=False).json()["runs"]
     assert after == before + 1
 
