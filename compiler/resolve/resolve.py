@@ -232,6 +232,7 @@ class _Resolver:
         self.source_info = SourceInfo()
         self.given_source_info: SourceInfo | None = None
         self.given_teacher_facts: dict[str, Any] | None = None
+        self.written_teacher_source = ""  # teacher.source as the spec wrote it
         self.student_info: dict[str, Any] = {}
 
     # -- provenance --------------------------------------------------------------------
@@ -329,6 +330,7 @@ class _Resolver:
 
         self.record_sources()
         written = str(self.value("model.source"))
+        self.written_teacher_source = str(self.value("teacher.source") or "")
         self.paths()
         c = self.config
         m, tr, inf, opt, asy = c["model"], c["trainer"], c["inference"], c["optimizer"], c["async"]
@@ -834,7 +836,11 @@ class _Resolver:
         from compiler.resolve.teacher import teacher_facts
 
         out = teacher_facts(
-            self.config, self.student_info, dict(self.source_info.shape), self.given_teacher_facts
+            self.config,
+            self.student_info,
+            dict(self.source_info.shape),
+            self.given_teacher_facts,
+            written=self.written_teacher_source,
         )
         for fact in (
             "teacher_source_problem",

@@ -64,10 +64,14 @@ def teacher_facts(
     student_info: dict[str, Any],
     student_shape: dict[str, Any],
     replay: dict[str, Any] | None = None,
+    *,
+    written: str = "",
 ) -> dict[str, Any]:
     """``teacher_*`` facts: why the runtime cannot load the teacher, why its tokenizer is not
     the student's ("" when fine or not knowable here), and its shape (sizes the memory
-    estimate reads). ``replay``: the facts of the compile (re-derivation elsewhere)."""
+    estimate reads). ``replay``: the facts of the compile (re-derivation elsewhere).
+    ``written``: teacher.source as the spec wrote it (a missing ``owner/name`` is a Hub id,
+    as for model.source)."""
     empty: dict[str, Any] = {k: "" for k in TEACHER_FACTS}
     empty["teacher_source_shape"] = {}
     if not active(config):
@@ -80,7 +84,12 @@ def teacher_facts(
     source = str(t["source"])
     # the teacher scores the student's token ids: its own chat template is never rendered
     info = model_source.inspect(
-        source, t["format"], t["hf_template"], source, fresh=False, needs_template=False
+        source,
+        t["format"],
+        t["hf_template"],
+        written or source,
+        fresh=False,
+        needs_template=False,
     )
     shape = builtin_info(source) if source.startswith("builtin:") else dict(info.shape)
     tokenizers, vocabs = _mismatch(m, t, student_info or student_shape, shape)

@@ -8,6 +8,7 @@ callable (a type error, say) into null as well, so a rule never crashes evaluati
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -81,6 +82,17 @@ def _all_under(paths: Any, roots: Any) -> bool:
     )
 
 
+def _regex_error(pattern: Any) -> str:
+    """Why ``pattern`` is not a Python regular expression ("" when it is one)."""
+    if not isinstance(pattern, str):
+        raise TypeError("regex_error() takes a string")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    return ""
+
+
 def _len(x: Any) -> int:
     if isinstance(x, bool | int | float):
         raise TypeError("len() of a number")
@@ -110,6 +122,13 @@ register_function("divides", _divides, 2, 2, "divides(a, b): a divides b exactly
 register_function("startswith", _startswith, 2, 2, "startswith(s, prefix)")
 register_function(
     "any_startswith", _any_startswith, 2, 2, "any_startswith(list, prefix): some item starts so"
+)
+register_function(
+    "regex_error",
+    _regex_error,
+    1,
+    1,
+    'regex_error(s): why s is not a Python regular expression ("" when it is one)',
 )
 register_function(
     "all_under",

@@ -249,6 +249,19 @@ def _has_chat_template(path: str) -> bool:
     return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
 
 
+def _builtin_template_problem(named: str | None) -> str:
+    """A builtin model has no named chat templates: only a ``.jinja`` file can be chosen."""
+    if not named:
+        return ""
+    if named.endswith(".jinja"):
+        _note(named)
+        return "" if os.path.isfile(named) else f"model.chat_template {named} does not exist"
+    return (
+        f"model.chat_template {named!r} names a template, but builtin models have none "
+        "(give a .jinja file, or leave it unset)"
+    )
+
+
 def _tokenizer_problem(
     path: str, what: str, named: str | None = None, needs_template: bool = True
 ) -> str:
@@ -284,7 +297,7 @@ def inspect(
     if fresh:
         _TOUCHED.clear()
     if source.startswith("builtin:"):
-        return SourceInfo()
+        return SourceInfo(problem=_builtin_template_problem(chat_template))
     names = ("config.json", NATIVE_META, "tokenizer.json")
     _note(source, *(os.path.join(source, n) for n in names))
     if hf_template:

@@ -302,6 +302,22 @@ def test_hf_source_without_a_chat_template_fails_at_model_source(tmp_path: Path)
     assert any("absent.jinja does not exist" in d.message for d in r.errors)
 
 
+def test_builtin_chat_template_is_checked_at_compile_time(tmp_path: Path) -> None:
+    """A builtin model has no named templates; only an existing .jinja file is taken
+    (the trainer would otherwise refuse it after the engines started)."""
+    for extra, reason in (
+        ('chat_template = "chatml"', "names a template, but builtin models have none"),
+        ('chat_template = "absent.jinja"', "absent.jinja does not exist"),
+    ):
+        r, _ = _compile(tmp_path, "builtin:tiny", extra=extra)
+        [err] = [d for d in r.errors if d.code == "model-source-unloadable"]
+        assert reason in err.message
+        assert err.span is not None and err.span.line == 5  # the model.source line
+    (tmp_path / "mine.jinja").write_text("{{ messages[0]['content'] }}")
+    r, _ = _compile(tmp_path, "builtin:tiny", extra='chat_template = "mine.jinja"')
+    assert r.ok, _codes(r)
+
+
 HYBRID_CFG = dict(
     hidden_size=256,
     num_hidden_layers=8,  # transformers' default layer_types: every 4th layer attends

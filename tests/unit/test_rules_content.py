@@ -341,6 +341,21 @@ CASES: list[tuple[str, str, str]] = [
         OPD + f'[teacher]\nsource = "{SOURCES / "no-tokenizer"}"  # <-\n',
         OPD + TEACHER,
     ),
+    (  # a Hub id written in the spec is refused like model.source's, not left to run time
+        "teacher-source-unloadable",
+        OPD + '[teacher]\nsource = "allenai/OLMo-2-0425-1B"  # <-\n',
+        OPD + TEACHER,
+    ),
+    (
+        "teacher-context",
+        OPD + TEACHER + "max_context_length = 64  # <-\n[inference]\nmax_context_length = 64\n",
+        OPD + TEACHER + "max_context_length = 65\n[inference]\nmax_context_length = 64\n",
+    ),
+    (
+        "teacher-gpus-cpu-run",
+        OPD + TEACHER + "gpus = 1  # <-\n",
+        OPD + TEACHER + "gpus = 0\n",
+    ),
     (
         "teacher-tokenizer-mismatch",
         OPD + '[teacher]\nsource = "builtin:tiny-digits"  # <-\n',
@@ -947,6 +962,23 @@ CASES: list[tuple[str, str, str]] = [
         "environment-final-answer-pattern",
         TOOLS + 'stop = "final_answer"  # <-\n',
         TOOLS + 'stop = "final_answer"\nfinal_answer_pattern = "ANSWER: \\\\d+"\n',
+    ),
+    (
+        "environment-final-answer-regex",
+        TOOLS + 'stop = "final_answer"\nfinal_answer_pattern = "ANSWER: (\\\\d+"  # <-\n',
+        TOOLS + 'stop = "final_answer"\nfinal_answer_pattern = "ANSWER: (\\\\d+)"\n',
+    ),
+    (
+        "environment-final-answer-unused",
+        TOOLS + 'final_answer_pattern = "ANSWER"  # <-\n',
+        TOOLS + 'stop = "final_answer"\nfinal_answer_pattern = "ANSWER"\n',
+    ),
+    (
+        "environment-tools-one-syntax",
+        '[environment]\nmax_turns = 2\ntools = ["calculator", "python"]\n'
+        'call_open = "<call>"  # <-\ncall_close = "</call>"\n',
+        '[environment]\nmax_turns = 2\ntools = ["calculator", "python"]\n'
+        'call_open = "<call>"\ncall_close = "</{tool}>"\n',
     ),
     (
         "environment-python-timeout",
