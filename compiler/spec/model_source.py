@@ -234,19 +234,25 @@ def _olmo_core_family(model: dict[str, Any]) -> tuple[str, str, str]:
     return "dense", "", ""
 
 
-def _has_chat_template(path: str) -> bool:
-    """Whether transformers would find a chat template here: ``chat_template.jinja``,
-    ``additional_chat_templates/*.jinja`` or ``tokenizer_config.json``'s entry (the runtime
-    reads them in that order, ``runtime.models.tokenizer.read_chat_templates``)."""
+def _chat_template_names(path: str) -> list[str]:
+    """The chat templates transformers would find here, by name: ``chat_template.jinja``
+    ("default") and ``additional_chat_templates/NAME.jinja``, else ``tokenizer_config.json``'s
+    entry (the runtime reads them so, ``runtime.models.tokenizer.read_chat_templates``)."""
     names = ("chat_template.jinja", "additional_chat_templates", "tokenizer_config.json")
     _note(*(os.path.join(path, n) for n in names))
-    if os.path.isfile(os.path.join(path, "chat_template.jinja")):
-        return True
+    found = ["default"] if os.path.isfile(os.path.join(path, "chat_template.jinja")) else []
     extra = os.path.join(path, "additional_chat_templates")
-    if os.path.isdir(extra) and any(n.endswith(".jinja") for n in os.listdir(extra)):
-        return True
+    if os.path.isdir(extra):
+        found += sorted(n.removesuffix(".jinja") for n in os.listdir(extra) if n.endswith(".jinja"))
+    if found:
+        return found
     cfg = _read_json(os.path.join(path, "tokenizer_config.json"))
-    return isinstance(cfg, dict) and bool(cfg.get("chat_template"))
+    entry = cfg.get("chat_template") if isinstance(cfg, dict) else None
+    if isinstance(entry, str) and entry:
+        return ["default"]
+    if isinstance(entry, list):
+        return [str(t["name"]) for t in entry if isinstance(t, dict) and "name" in t]
+    return []
 
 
 def _builtin_template_problem(named: str | None) -> str:
@@ -270,7 +276,11 @@ def _tokenizer_problem(
     if named and named.endswith(".jinja"):
         _note(named)
         return "" if os.path.isfile(named) else f"model.chat_template {named} does not exist"
-    if needs_template and not named and not _has_chat_template(path):
+    templates = _chat_template_names(path) if needs_template or named else []
+    if named and named not in templates:
+        have = ", ".join(templates) or "none"
+        return f"model.chat_template {named!r} is not one of {what}'s templates ({have})"
+    if needs_template and not named and not templates:
         return (
             f"no chat template in {what} (chat_template.jinja, additional_chat_templates/ or "
             "tokenizer_config.json's chat_template): prompts would be formatted in a layout "

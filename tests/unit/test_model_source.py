@@ -302,6 +302,18 @@ def test_hf_source_without_a_chat_template_fails_at_model_source(tmp_path: Path)
     assert any("absent.jinja does not exist" in d.message for d in r.errors)
 
 
+def test_a_named_chat_template_must_be_one_of_the_checkpoints(tmp_path: Path) -> None:
+    src = _hf_dir(tmp_path / "olmo2", "olmo2")
+    (src / "additional_chat_templates").mkdir()
+    (src / "additional_chat_templates" / "tool_use.jinja").write_text("{{ 1 }}")
+    r, _ = _compile(tmp_path, str(src), extra='chat_template = "tool_use"')
+    assert r.ok, _codes(r)
+    r, _ = _compile(tmp_path, str(src), extra='chat_template = "rag"')
+    [err] = [d for d in r.errors if d.code == "model-source-unloadable"]
+    assert "'rag' is not one of" in err.message and "(default, tool_use)" in err.message
+    assert err.span is not None and err.span.line == 5
+
+
 def test_builtin_chat_template_is_checked_at_compile_time(tmp_path: Path) -> None:
     """A builtin model has no named templates; only an existing .jinja file is taken
     (the trainer would otherwise refuse it after the engines started)."""
