@@ -4,7 +4,11 @@ engine process on loopback (SGLang's scoring request: ``max_new_tokens = 0`` wit
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -12,10 +16,12 @@ pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 httpx = pytest.importorskip("httpx")
 
-from runtime.config import TeacherConfig  # noqa: E402
+from compiled_run import run_config  # noqa: E402
+
 from runtime.engines.client import ClientSettings  # noqa: E402
 from runtime.engines.embedded.launch import start_embedded  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
+from runtime.node.health import healthy  # noqa: E402
 from runtime.node.teacher import (  # noqa: E402
     TeacherError,
     TeacherScorer,
@@ -113,32 +119,57 @@ def test_an_answer_for_other_tokens_is_refused() -> None:
         response_logprobs({"text": ""}, [1])
 
 
-def test_the_compiled_command_runs_here_on_the_port_given() -> None:
-    teacher = TeacherConfig(
-        source="builtin:tiny",
-        argv=tuple(
-            [
-                "python",
-                "-m",
-                "runtime.engines.embedded",
-                "--model-path",
-                "builtin:tiny",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "32000",
-                "--threads",
-                "1",
-            ]
-        ),
-        node=0,
-        port=32000,
-        gpus=(),
-        device="cpu",
-        max_running_requests=4,
+def test_the_compiled_command_runs_here_on_the_port_given(tmp_path) -> None:
+    """The teacher's argv as the compiler writes it for an opd run, with only the
+    interpreter, host and port replaced by the node, and the replaced argv starts a
+    server that scores on that port."""
+    cfg = run_config(
+        tmp_path,
+        training={"algorithm": "opd", "filter_zero_std_groups": False},
+        teacher={"source": "builtin:tiny", "max_running_requests": 4},
     )
-    argv = teacher_command(teacher, 41234, host="0.0.0.0")
-    assert argv[:3] == [sys.executable, "-m", "runtime.engines.embedded"]
-    assert argv[argv.index("--port") + 1] == "41234" and argv.count("--port") == 1
-    assert argv[argv.index("--host") + 1] == "0.0.0.0"
-    assert "--threads" in argv
+    teacher = cfg.teacher
+    assert teacher is not None and teacher.device == "cpu"
+    compiled = [str(a) for a in teacher.argv]
+    port = free_port("127.0.0.1")
+    argv = teacher_command(teacher, port, host="127.0.0.1")
+    assert argv[0] == sys.executable and argv[1:3] == compiled[1:3]
+    assert argv[argv.index("--port") + 1] == str(port) and argv.count("--port") == 1
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv.count("--host") == 1
+
+    def without_address(args: list[str]) -> list[str]:
+        out, skip = [], False
+        for a in args:
+            if skip:
+                skip = False
+            elif a in ("--host", "--port"):
+                skip = True
+            else:
+                out.append(a)
+        return out
+
+    assert without_address(argv[3:]) == without_address(compiled[3:])  # nothing else changed
+    assert argv[argv.index("--model-path") + 1] == "builtin:tiny"
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = (tmp_path / "teacher.log").open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(url, 1.0):
+            assert proc.poll() is None, (tmp_path / "teacher.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the teacher did not come up"
+            time.sleep(0.2)
+        sample = Sample("p", 0, [3, 5], [9, 4], logprobs=[-1.0, -2.0])
+        scorer = TeacherScorer(url, ClientSettings(), concurrency=1)
+        try:
+            metrics = scorer.score([sample])
+        finally:
+            scorer.close()
+        assert metrics["opd/scored_tokens"] == 2 and len(sample.teacher_logprobs or []) == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
