@@ -269,10 +269,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "rewards.exclude_truncated": ("runtime:runtime.rollout.shaping:Shaping.from_contract",),
     "rewards.math.equivalence": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
     "rewards.math.timeout_s": ("runtime:runtime.rewards.math_answer:MathVerifier.__init__",),
-    "rewards.code.endpoint": (
-        "runtime:runtime.rewards.code:CodeVerifier.__init__",
-        "runtime:runtime.tools.runners:PythonTool.__init__",
-    ),
+    "rewards.code.endpoint": ("runtime:runtime.executor.client:ExecutorEndpoint.__init__",),
     "rewards.code.time_limit_s": (_EXECUTOR_LIMITS,),
     "rewards.code.memory_limit_mb": (_EXECUTOR_LIMITS,),
     "rewards.code.max_processes": (_EXECUTOR_LIMITS,),
