@@ -44,11 +44,23 @@ class ContractError(ValueError):
     """A manifest that is not the verified one, or does not fit the contract's types."""
 
 
+class Process(Record):
+    """One process's compiled command line and environment (placeholders: the documented
+    names of ``runtime.node.launch_argv``)."""
+
+    argv: list[str]
+    env: dict[str, str] = {}
+
+
 class Commands(Record):
     engine_argv: list[list[str]]
     trainer_argv: list[str]
     router_argv: list[str]
     teacher_argv: list[str] = []  # on-policy distillation only (absent otherwise)
+    engine_env: list[dict[str, str]] = []  # one per engine, beside engine_argv
+    teacher_env: dict[str, str] = {}
+    judges: dict[str, Process] = {}  # managed judge name -> its server
+    trainer_rank: Process | None = None  # a follower trainer rank (world size > 1 only)
 
 
 class RunPaths(Record):

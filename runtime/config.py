@@ -92,6 +92,7 @@ class TeacherConfig:
     gpus: tuple[int, ...]
     device: str
     max_running_requests: int
+    env: tuple[tuple[str, str], ...] = ()  # compiled (commands.teacher_env)
     loss: str = default_of(DistillationSection, "loss")
     coef: float = default_of(DistillationSection, "coef")
     reward_weight: float = default_of(DistillationSection, "reward_weight")
@@ -118,6 +119,7 @@ def teacher_of(contract: RunContract) -> TeacherConfig | None:
         gpus=tuple(placed.gpus),
         device=placed.device,
         max_running_requests=c.teacher.max_running_requests,
+        env=tuple(sorted(contract.commands.teacher_env.items())),
         loss=d.loss,
         coef=d.coef,
         reward_weight=d.reward_weight,

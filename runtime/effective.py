@@ -43,8 +43,16 @@ def jsonable(value: Any) -> Any:
 
 
 def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[str, dict[str, Any]]:
-    """name -> {"argv", "env"} of every process the manifest's nodes start."""
-    from runtime.node.launch_argv import engine_process, router_process, substitute
+    """name -> {"node", "argv", "env"} of every process the manifest's nodes start, as
+    compiled (``commands``) with the node's documented substitutions; a trainer rank's
+    run-time values (``{rank}``, ``{trainer_port}``, ...) stay placeholders."""
+    from runtime.node.launch_argv import (
+        engine_process,
+        judge_process,
+        router_process,
+        substitute,
+        substitute_env,
+    )
 
     out: dict[str, dict[str, Any]] = {}
     urls = []
@@ -60,24 +68,31 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
             "argv": router_process(cfg, urls, port, port + 1),
             "env": {},
         }
-    from runtime.engines.sglang import sglang_installed
-    from runtime.node.judges import planned_judges
-
-    # managed judges: built on the node (SGLang where this node has it, else the embedded
-    # engine), not yet compiled into the manifest
-    device = "cuda" if cfg.trainer.gpus else "cpu"
-    for j in planned_judges(cfg.spec, cfg.placement):
-        out[f"judge:{j.name}"] = {
-            "node": j.node,
-            "argv": j.argv(sglang_installed(), device),
-            "env": j.env(),
-        }
+    for j in cfg.placement.judges:
+        if j.name in cfg.contract.commands.judges:
+            argv, env = judge_process(cfg, j.name, j.port)
+            out[f"judge:{j.name}"] = {"node": j.node, "argv": argv, "env": env}
+    trainer_node = min(cfg.placement.trainer.nodes or [0])
     trainer = commands.get("trainer_argv")
     if trainer:
         out["trainer"] = {
-            "node": min(cfg.placement.trainer.nodes or [0]),
+            "node": trainer_node,
             "argv": substitute(trainer, manifest=manifest_path),
             "env": {},
+        }
+    rank = cfg.contract.commands.trainer_rank
+    if rank is not None:
+        out["trainer_rank"] = {
+            "nodes": list(cfg.placement.trainer.nodes or [0]),
+            "argv": substitute(rank.argv, manifest=manifest_path),
+            "env": dict(rank.env),
+        }
+    teacher, placed = cfg.contract.commands.teacher_argv, cfg.placement.teacher
+    if teacher and placed is not None:
+        out["teacher"] = {
+            "node": placed.node,
+            "argv": substitute(teacher),
+            "env": substitute_env(cfg.contract.commands.teacher_env),
         }
     return out
 

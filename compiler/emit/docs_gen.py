@@ -274,6 +274,10 @@ def manifest_schema() -> dict[str, Any]:
                     "trainer_argv": {"type": "array"},
                     "router_argv": {"type": "array"},
                     "teacher_argv": {"type": "array"},  # on-policy distillation only
+                    "engine_env": {"type": "array"},
+                    "teacher_env": obj,
+                    "judges": obj,  # managed judges: name -> {argv, env}
+                    "trainer_rank": obj,  # several trainer ranks only
                 },
             },
             "runtime_lock": obj,

@@ -1,10 +1,12 @@
-"""Command lines the runtime starts: SGLang (or embedded) engines, sglang-router, trainer.
+"""Command lines and environments of every process the runtime starts: SGLang (or embedded)
+engines, sglang-router, the trainer and its follower ranks, managed judges, the teacher.
 
 The runtime runs these as they stand, with the substitutions of
 ``runtime.node.launch_argv.substitute``: ``python`` -> its interpreter, ``{manifest}`` -> the
 manifest path, ``{host:N}`` -> the address of node N (engines on the router's node use
-127.0.0.1), and the ports its node picks in place of the compiled ``--port``,
-``--prometheus-port`` and ``--worker-urls`` values.
+127.0.0.1), the ports its node picks in place of the compiled ``--port``,
+``--prometheus-port`` and ``--worker-urls`` values, and the documented run-time values
+(``{rank}``, ``{trainer_port}``, ...) of a trainer rank's environment.
 """
 
 from __future__ import annotations
@@ -275,14 +277,124 @@ def teacher_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     ]
 
 
+def visible_gpus(gpus: list[int]) -> dict[str, str]:
+    """A server sees only the GPUs the plan gave it (its first one is its device 0)."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)} if gpus else {}
+
+
+# SGLang rollout engines, as slime/miles set it: a cheap liveness /health (no generation)
+SGLANG_ENGINE_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
+
+
+def engine_env(config: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, str]]:
+    """One environment per engine, beside ``engine_argv``."""
+    sglang = config["inference"]["engine"] == "sglang"
+    return [
+        {**(SGLANG_ENGINE_ENV if sglang else {}), **visible_gpus(list(e.get("gpus") or []))}
+        for e in plan["placement"]["engines"]
+    ]
+
+
+def judge_process(config: dict[str, Any], placed: dict[str, Any]) -> dict[str, Any]:
+    """A managed judge's server on its planned GPUs and port (``judges.NAME.engine``):
+    SGLang, or the embedded engine, which serves the same ``/v1/chat/completions`` route."""
+    s = config["judges"][placed["name"]]
+    gpus = list(placed["gpus"])
+    model_path = s["prepared_dir"] or s["model"]
+    port, context = str(placed["port"]), str(s["max_context_length"])
+    if s["engine"] == "sglang":
+        argv = [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model_path,
+            "--served-model-name",
+            s["model"],
+            "--host",
+            "0.0.0.0",
+            "--port",
+            port,
+            "--tp-size",
+            str(max(1, len(gpus))),
+            "--context-length",
+            context,
+        ]
+        if s["revision"]:
+            argv += ["--revision", s["revision"]]
+        if s["context_extension"] == "qwen3-yarn-128k":
+            argv += [
+                "--json-model-override-args",
+                '{"rope_scaling":{"rope_type":"yarn","factor":4.0,'
+                '"original_max_position_embeddings":32768}}',
+            ]
+        return {"argv": argv, "env": visible_gpus(gpus)}
+    argv = [
+        "python",
+        "-m",
+        "runtime.engines.embedded",
+        "--model-path",
+        model_path,
+        "--served-model-name",
+        s["model"],
+        "--host",
+        "0.0.0.0" if placed["node"] else "127.0.0.1",
+        "--port",
+        port,
+        "--device",
+        "cuda" if gpus else "cpu",
+        "--context-length",
+        context,
+        "--max-running-requests",
+        str(s["max_concurrent_calls"]),
+    ]
+    return {"argv": argv, "env": visible_gpus(gpus)}
+
+
+def trainer_rank_process(config: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any] | None:
+    """A follower trainer rank (``runtime.trainer.ranks``) with its torch.distributed
+    environment; what only the node knows is a placeholder (``runtime.node.launch_argv``).
+    None for a world of one (rank 0 is the trainer process itself)."""
+    trainer = plan["placement"]["trainer"]
+    world = int(trainer["world_size"])
+    if world <= 1:
+        return None
+    per_node = world // max(len(trainer["nodes"]), 1)
+    env = {
+        "RANK": "{rank}",
+        "LOCAL_RANK": "{local_rank}",
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "GROUP_RANK": "{node_rank}",
+        "MASTER_ADDR": "{trainer_addr}",
+        "MASTER_PORT": "{trainer_port}",
+        "TORCHELASTIC_RUN_ID": "node{node_rank}",  # names the log directory
+    }
+    if trainer["device"] == "cpu":  # the node's cores split between its ranks
+        env["OMP_NUM_THREADS"] = "{cpu_threads}"
+    return {"argv": ["python", "-m", "runtime.trainer.ranks", "{manifest}"], "env": env}
+
+
 def commands(config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
-    """``manifest.commands``: every command line the runtime starts."""
+    """``manifest.commands``: every command line and environment the runtime starts."""
     out: dict[str, Any] = {
         "engine_argv": engine_argv(config, plan, paths),
         "trainer_argv": trainer_argv(),
         "router_argv": router_argv(config, plan),
+        "engine_env": engine_env(config, plan),
     }
     teacher = teacher_argv(config, plan)
     if teacher:
         out["teacher_argv"] = teacher
+        out["teacher_env"] = visible_gpus(list(plan["placement"]["teacher"].get("gpus") or []))
+    judges = {
+        j["name"]: judge_process(config, j)
+        for j in plan["placement"]["judges"]
+        if config["judges"].get(j["name"], {}).get("mode") == "managed"
+    }
+    if judges:
+        out["judges"] = judges
+    rank = trainer_rank_process(config, plan)
+    if rank is not None:
+        out["trainer_rank"] = rank
     return out

@@ -486,6 +486,14 @@ class _Resolver:
         from compiler.resolve.teacher import derive_teacher
 
         derive_teacher(self)
+        for name, judge in sorted(c["judges"].items()):
+            if judge["mode"] == "managed":  # SGLang serves on GPUs (any width)
+                self.derive(
+                    f"judges.{name}.engine",
+                    "sglang" if c["trainer"]["gpus"] > 0 else "embedded",
+                    "'sglang' on a GPU run, 'embedded' on a CPU run",
+                    ("trainer.gpus",),
+                )
         self.derive(
             "runtime.startup_timeout_s",
             c["launch"]["coordination"]["startup_timeout"],
@@ -724,6 +732,13 @@ class _Resolver:
         ]
         for n in yarn:
             self._fact_span(spans, "facts.yarn_misuse", ("judges", n, "context_extension"))
+        embedded = {n: j for n, j in judges.items() if j.get("engine") == "embedded"}
+        embedded_tp = sorted(n for n, j in embedded.items() if j["gpus"] > 1)
+        embedded_yarn = sorted(n for n, j in embedded.items() if j["context_extension"] != "none")
+        for n in embedded_tp:
+            self._fact_span(spans, "facts.embedded_judge_tp", ("judges", n, "gpus"))
+        for n in embedded_yarn:
+            self._fact_span(spans, "facts.embedded_judge_yarn", ("judges", n, "context_extension"))
         widest = max(managed.values(), default=0)
         for n, g in managed.items():
             if g == widest:
@@ -813,6 +828,8 @@ class _Resolver:
                 "managed_judge_gpus": sum(managed.values()),
                 "rubric_over_context": over,
                 "yarn_misuse": yarn,
+                "embedded_judge_tp": embedded_tp,
+                "embedded_judge_yarn": embedded_yarn,
                 "duplicate_tasks": dup,
                 "duplicate_eval_sets": dup_sets,
                 "duplicate_eval_tasks": dup_ev,

@@ -28,6 +28,7 @@ _DRIVER = "runtime:runtime.rollout.driver:train"
 _ENGINE_ARGV = "argv:compiler.resolve.argv:embedded_engine_argv"
 _SGLANG_ARGV = "argv:compiler.resolve.argv:sglang_engine_argv"
 _TEACHER_ARGV = "argv:compiler.resolve.argv:teacher_argv"
+_JUDGE_ARGV = "argv:compiler.resolve.argv:judge_process"
 _EXECUTOR_LIMITS = "runtime:runtime.executor.settings:ExecutorSettings.limits"
 _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_args"
 _BEAKER = "beaker:compiler.emit.beaker:_common"
@@ -300,18 +301,19 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "judges": ("runtime:runtime.config:judge_bindings",),
     "judges.*.mode": ("runtime:runtime.config:judge_bindings",),
     "judges.*.model": ("runtime:runtime.config:judge_bindings",),
-    "judges.*.max_context_length": ("runtime:runtime.node.judges:ManagedJudge.argv",),
-    "judges.*.max_concurrent_calls": ("runtime:runtime.config:judge_bindings",),
+    "judges.*.max_context_length": (_JUDGE_ARGV,),
+    "judges.*.max_concurrent_calls": ("runtime:runtime.config:judge_bindings", _JUDGE_ARGV),
     "judges.*.timeout": ("runtime:runtime.config:judge_bindings",),
     "judges.*.endpoint": ("runtime:runtime.config:judge_bindings",),
     "judges.*.gpus": (
         "compile:places the managed judge on GPUs (plan.placement.judges)",
-        "runtime:runtime.node.judges:ManagedJudge.env",
+        _JUDGE_ARGV,
     ),
-    "judges.*.revision": ("runtime:runtime.node.judges:ManagedJudge.argv",),
-    "judges.*.prepared_dir": ("runtime:runtime.node.judges:ManagedJudge.argv",),
+    "judges.*.engine": (_JUDGE_ARGV, "rule:embedded-judge-tp"),
+    "judges.*.revision": (_JUDGE_ARGV,),
+    "judges.*.prepared_dir": (_JUDGE_ARGV,),
     "judges.*.chat_template": ("runtime:runtime.rewards.judge:JudgeVerifier._complete",),
-    "judges.*.context_extension": ("runtime:runtime.node.judges:ManagedJudge.argv",),
+    "judges.*.context_extension": (_JUDGE_ARGV,),
     "rubrics": ("runtime:runtime.config:judge_bindings",),
     "rubrics.*.profile": ("runtime:runtime.config:judge_bindings",),
     "rubrics.*.max_response_tokens": ("runtime:runtime.config:judge_bindings",),

@@ -21,6 +21,11 @@ class _JudgeCommon(Section):
 class ManagedJudge(_JudgeCommon):
     mode: Literal["managed"] = fld(description="managed: rlc places an SGLang judge on GPUs")
     gpus: int = fld(1, description="GPUs of the judge server (its tensor parallelism)", ge=1, le=8)
+    engine: Literal["embedded", "sglang"] | None = fld(
+        None,
+        description="the judge's server: sglang, or the embedded engine (one device)",
+        derived="'sglang' on a GPU run, 'embedded' on a CPU run",
+    )
     revision: str = fld(description="model revision (40 lowercase hex)", pattern=r"^[0-9a-f]{40}$")
     prepared_dir: str = fld(description="absolute path of the pre-cached weights", pattern=r"^/")
     chat_template: Literal["qwen3-no-thinking"] = fld(

@@ -348,7 +348,7 @@ class NodeRunner:
             self._register_judges()
             self.startup.mark("engines ready")
             self.teacher_url = start_teacher(self)
-        except (TimeoutError, RuntimeError, RegistryError) as exc:
+        except (TimeoutError, RuntimeError, RegistryError, SubstitutionError) as exc:
             raise RunFailure(f"startup failed: {exc}") from None
         self.compiler_cache.start_publisher()
         if not self.roles.trainer:
@@ -406,16 +406,18 @@ class NodeRunner:
         except RegistryError as exc:
             raise RunFailure(str(exc)) from None
         host, port = where["trainer"].rsplit(":", 1)
-        ranks = start_ranks(
-            cfg.manifest_path or "",
-            node_rank=plan.trainer.nodes.index(self.ident.rank),
-            nprocs=world // nodes,
-            addr=host,
-            port=int(port),
-            world_size=world,
-            log_dir=cfg.paths.root / "logs" / f"trainer-ranks-node{self.ident.rank}",
-            device=cfg.trainer.device,
-        )
+        try:
+            ranks = start_ranks(
+                cfg.contract.commands.trainer_rank,
+                cfg.manifest_path or "",
+                node_rank=plan.trainer.nodes.index(self.ident.rank),
+                nprocs=world // nodes,
+                addr=host,
+                port=int(port),
+                log_dir=cfg.paths.root / "logs" / f"trainer-ranks-node{self.ident.rank}",
+            )
+        except SubstitutionError as exc:
+            raise RunFailure(str(exc)) from None
         self.on_close.append(ranks.close)
         self.rank_pids = ranks.pids
         while not self.stop:

@@ -1,16 +1,23 @@
-"""The compiled command lines as this node runs them: the documented substitutions only.
+"""The compiled processes as this node runs them: the documented substitutions only.
 
-The manifest holds every process's argv (``manifest.commands``). The runtime runs each as
+The manifest holds every process's argv and environment (``manifest.commands``: engines,
+router, trainer, follower trainer ranks, managed judges, teacher). The runtime runs each as
 it stands, except for what only this node knows:
 
 - ``python`` / ``python3`` as the program -> this interpreter (the run's venv);
 - ``{manifest}`` -> the manifest path, ``{host:N}`` -> the address of node N;
 - the value of a port flag the node picked afresh (``--port``, ``--prometheus-port``: the
   machine may run other jobs on the compiled ports), and the values of ``--worker-urls``
-  (the engines' addresses as their nodes registered them).
+  (the engines' addresses as their nodes registered them); a managed judge's ``--port`` is
+  checked to be its planned one, where its clients reach it;
+- in a trainer rank's argv and environment: ``{rank}`` (global rank), ``{local_rank}``,
+  ``{node_rank}`` (the node's index among the trainer nodes), ``{trainer_addr}`` and
+  ``{trainer_port}`` (where rank 0 waits, as it registered), ``{cpu_threads}`` (this node's
+  cores split between its ranks).
 
-A substitution never adds a flag: a flag to substitute that the compiled argv lacks, or a
-placeholder without a value, is an error, so a manifest cannot be run as something else.
+A substitution never adds a flag or a variable: a flag to substitute that the compiled argv
+lacks, an unknown placeholder or one without a value is an error, so a manifest cannot be
+run as something else.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ from typing import Any
 
 PYTHON_NAMES = ("python", "python3")
 _HOST = re.compile(r"\{host:(\d+)\}")
+_NAMED = re.compile(r"\{([a-z_]+)\}")
+PLACEHOLDERS = frozenset(
+    {"manifest", "rank", "local_rank", "node_rank", "trainer_addr", "trainer_port", "cpu_threads"}
+)
 
 
 class SubstitutionError(ValueError):
@@ -36,11 +47,13 @@ def substitute(
     hosts: Mapping[int, str] | None = None,
     values: Mapping[str, str] | None = None,
     lists: Mapping[str, Sequence[str]] | None = None,
+    named: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``argv`` with the node's substitutions (see the module docstring).
 
     ``values``: flag -> its new single value; ``lists``: flag -> its new values (all the
-    tokens after the flag up to the next ``--`` option are replaced).
+    tokens after the flag up to the next ``--`` option are replaced); ``named``: placeholder
+    name -> value (``{"rank": "1"}``).
     """
     out = [str(a) for a in argv]
     if not out:
@@ -51,7 +64,15 @@ def substitute(
         out = _set_value(out, flag, [str(value)], single=True)
     for flag, items in (lists or {}).items():
         out = _set_value(out, flag, [str(v) for v in items], single=False)
-    return [_placeholders(a, manifest, hosts or {}) for a in out]
+    known = {**(named or {}), **({} if manifest is None else {"manifest": manifest})}
+    return [_placeholders(a, known, hosts or {}) for a in out]
+
+
+def substitute_env(
+    env: Mapping[str, str], named: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A compiled environment with the named placeholders' values (see the module docstring)."""
+    return {k: _placeholders(str(v), named or {}, {}) for k, v in env.items()}
 
 
 def _set_value(argv: list[str], flag: str, new: list[str], *, single: bool) -> list[str]:
@@ -69,11 +90,16 @@ def _set_value(argv: list[str], flag: str, new: list[str], *, single: bool) -> l
     raise SubstitutionError(f"the compiled command line has no {flag} value to substitute")
 
 
-def _placeholders(arg: str, manifest: str | None, hosts: Mapping[int, str]) -> str:
-    if "{manifest}" in arg:
-        if manifest is None:
-            raise SubstitutionError("{manifest} in the command line but no manifest path")
-        arg = arg.replace("{manifest}", manifest)
+def _placeholders(arg: str, named: Mapping[str, str], hosts: Mapping[int, str]) -> str:
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in PLACEHOLDERS:
+            raise SubstitutionError(f"unknown placeholder {{{name}}} in the compiled command")
+        if name not in named:
+            raise SubstitutionError(f"{{{name}}} in the compiled command but no value for it")
+        return named[name]
+
+    arg = _NAMED.sub(value, arg)
 
     def host(m: re.Match[str]) -> str:
         node = int(m.group(1))
@@ -89,14 +115,41 @@ def engine_process(
 ) -> tuple[list[str], dict[str, str]]:
     """An engine's command line and environment (``cfg``: a ``RunConfig``): its compiled
     argv with the port this node gave it, and the GPUs the plan gave it."""
-    from runtime.engines.backend import backend_for
-
     if engine.id >= len(cfg.engine_argv):
         raise SubstitutionError(f"the manifest has no command line for engine {engine.id}")
+    envs = cfg.contract.commands.engine_env
+    if engine.id >= len(envs):
+        raise SubstitutionError(f"the manifest has no environment for engine {engine.id}")
     argv = substitute(
         cfg.engine_argv[engine.id], manifest=manifest, values={"--port": str(engine.port)}
     )
-    return argv, backend_for(cfg.inference.engine).env(engine)
+    return argv, substitute_env(envs[engine.id])
+
+
+def judge_process(cfg: Any, name: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """A managed judge's compiled command line and environment, on its planned ``port``."""
+    compiled = cfg.contract.commands.judges.get(name)
+    if compiled is None:
+        raise SubstitutionError(f"the manifest has no command line for judge {name!r}")
+    try:
+        argv = substitute(compiled.argv, values={"--port": str(port)})
+    except SubstitutionError as exc:
+        raise SubstitutionError(f"judge {name!r}: {exc}") from None
+    return argv, substitute_env(compiled.env)
+
+
+def trainer_rank_process(
+    compiled: Any, manifest: str, values: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """A follower trainer rank's compiled command line and environment
+    (``commands.trainer_rank``) with this node's ``values`` of the rank placeholders
+    (``rank``, ``trainer_port``, ...)."""
+    if compiled is None:
+        raise SubstitutionError("the manifest has no trainer rank command line (world size 1)")
+    return (
+        substitute(compiled.argv, manifest=manifest, named=values),
+        substitute_env(compiled.env, values),
+    )
 
 
 def router_process(cfg: Any, urls: Sequence[str], port: int, metrics_port: int) -> list[str]:

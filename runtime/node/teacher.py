@@ -12,12 +12,11 @@ engine answers the same request). The teacher is never published to: it stays fr
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from runtime.engines.sglang import set_flag
+from runtime.node.launch_argv import substitute, substitute_env
 
 if TYPE_CHECKING:
     from runtime.config import TeacherConfig
@@ -32,19 +31,12 @@ class TeacherError(RuntimeError):
 
 def teacher_command(teacher: TeacherConfig, port: int, host: str = "127.0.0.1") -> list[str]:
     """The compiled argv with this interpreter and the host/port this node gave it."""
-    argv = [str(a) for a in teacher.argv]
-    if argv and argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
-    head, args = argv[:3], argv[3:]  # python -m MODULE
-    args = set_flag(set_flag(args, "--host", host), "--port", str(port))
-    return [*head, *args]
+    return substitute(teacher.argv, values={"--host": host, "--port": str(port)})
 
 
 def teacher_env(teacher: TeacherConfig) -> dict[str, str]:
-    """The teacher sees only its planned GPUs."""
-    if not teacher.gpus:
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in teacher.gpus)}
+    """The compiled environment (the teacher sees only its planned GPUs)."""
+    return substitute_env(dict(teacher.env))
 
 
 def start_teacher(runner: Node) -> str | None:

@@ -27,7 +27,7 @@ from runtime.node.failure import cause_from_log, shown_path
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import PContext
 
-    from contract.run import RunContract
+    from contract.run import Process, RunContract
 
     from .trainer import Trainer
 
@@ -107,47 +107,37 @@ class TrainerRanks:
                 self.ctx.close(timeout=5)
 
 
-def rank_env(
-    node_rank: int,
-    local_rank: int,
-    nprocs: int,
-    world_size: int,
-    addr: str,
-    port: int,
-    device: str,
-    cpus: int,
+def rank_values(
+    node_rank: int, local_rank: int, nprocs: int, addr: str, port: int, cpus: int
 ) -> dict[str, str]:
-    """The torch.distributed environment of one rank (global rank ``node_rank * nprocs +
-    local_rank``; on GPUs its device is ``cuda:LOCAL_RANK``; on CPU the cores are split)."""
-    env = {
-        "RANK": str(node_rank * nprocs + local_rank),
-        "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(nprocs),
-        "GROUP_RANK": str(node_rank),
-        "MASTER_ADDR": addr,
-        "MASTER_PORT": str(port),
-        "TORCHELASTIC_RUN_ID": f"node{node_rank}",  # names the log directory
+    """This node's values of a rank's placeholders (``runtime.node.launch_argv``): global
+    rank ``node_rank * nprocs + local_rank``; on CPU the node's cores are split."""
+    return {
+        "rank": str(node_rank * nprocs + local_rank),
+        "local_rank": str(local_rank),
+        "node_rank": str(node_rank),
+        "trainer_addr": addr,
+        "trainer_port": str(port),
+        "cpu_threads": str(max(1, cpus // nprocs)),
     }
-    if device == "cpu":
-        env["OMP_NUM_THREADS"] = str(max(1, cpus // nprocs))
-    return env
 
 
 def start_ranks(
+    compiled: Process | None,
     manifest_path: str | Path,
     *,
     node_rank: int,
     nprocs: int,
     addr: str,
     port: int,
-    world_size: int,
     log_dir: str | Path,
-    device: str = "cpu",
 ) -> TrainerRanks:
-    """Start this node's follower ranks: global ranks ``node_rank * nprocs + i``, except
-    rank 0 on node 0 (the calling process). Returns at once."""
+    """Start this node's follower ranks from the compiled ``commands.trainer_rank``: global
+    ranks ``node_rank * nprocs + i``, except rank 0 on node 0 (the calling process).
+    Returns at once."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+    from runtime.node.launch_argv import trainer_rank_process
 
     first = node_rank * nprocs
     local = [i for i in range(nprocs) if first + i != 0]
@@ -157,14 +147,14 @@ def start_ranks(
     logs.mkdir(parents=True, exist_ok=True)
     envs: dict[int, dict[str, str]] = {}
     args: dict[int, tuple[str, ...]] = {}
+    entrypoint = ""
     for idx, lr in enumerate(local):
-        envs[idx] = rank_env(
-            node_rank, lr, nprocs, world_size, addr, port, device, os.cpu_count() or 1
-        )
-        args[idx] = ("-m", "runtime.trainer.ranks", str(manifest_path))
+        values = rank_values(node_rank, lr, nprocs, addr, port, os.cpu_count() or 1)
+        argv, envs[idx] = trainer_rank_process(compiled, str(manifest_path), values)
+        entrypoint, args[idx] = argv[0], tuple(argv[1:])
     ctx = start_processes(
         name="trainer",
-        entrypoint=sys.executable,
+        entrypoint=entrypoint,
         args=args,
         envs=envs,
         logs_specs=DefaultLogsSpecs(log_dir=str(logs), redirects=Std.ALL),
@@ -198,14 +188,13 @@ def lead_trainer(
     if announce is not None:
         announce(f"{addr}:{port}")
     ranks = start_ranks(
+        contract.commands.trainer_rank,
         manifest_path,
         node_rank=0,
         nprocs=cfg.world_size // nodes,
         addr=addr,
         port=port,
-        world_size=cfg.world_size,
         log_dir=log_dir,
-        device=cfg.device,
     )
     try:
         # rank 0 watches its ranks while it waits for them (a rank that died is named)

@@ -132,6 +132,7 @@ def with_managed_judge(
             "model": "judge-model",
             "revision": "0" * 40,
             "prepared_dir": "/weka/judges/tiny",
+            "engine": "embedded",
             **judge,
         }
     }
@@ -139,4 +140,9 @@ def with_managed_judge(
     config["judging"] = {"bindings": {verifier: {"judge": name, "rubric": "r"}}}
     placed = {"name": name, "node": 0, "gpus": list(gpus), "port": port}
     manifest["plan"]["placement"]["judges"] = [placed]
+    from compiler.resolve.argv import judge_process
+    from contract.spec.judges import ManagedJudge
+
+    full = {**config, "judges": {name: ManagedJudge(**config["judges"][name]).model_dump()}}
+    manifest["commands"]["judges"] = {name: judge_process(full, placed)}
     return manifest

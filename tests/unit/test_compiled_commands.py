@@ -234,3 +234,73 @@ def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
     assert view["processes"]["trainer"]["argv"][-1] == str(path.resolve())
     assert view["components"]["rollout"]["sampling_seed"] == 99
     assert view["settings"]["inference"]["engine"] == "embedded"
+
+
+# ---- every process kind: argv and environment compiled -----------------------------------
+
+
+def test_named_placeholders_in_argv_and_env() -> None:
+    from runtime.node.launch_argv import substitute_env
+
+    named = {"rank": "3", "trainer_port": "29500"}
+    assert substitute(["python", "x", "--r={rank}"], python="p", named=named) == ["p", "x", "--r=3"]
+    env = {"RANK": "{rank}", "RUN": "node{rank}", "MASTER_PORT": "{trainer_port}", "K": "v"}
+    assert substitute_env(env, named) == {
+        "RANK": "3", "RUN": "node3", "MASTER_PORT": "29500", "K": "v",
+    }  # fmt: skip
+    with pytest.raises(SubstitutionError, match="unknown placeholder"):
+        substitute_env({"A": "{nope}"}, named)
+    with pytest.raises(SubstitutionError, match="no value"):
+        substitute_env({"A": "{local_rank}"}, named)
+    # JSON in an argument is not a placeholder
+    assert substitute(["x", '{"rope_scaling":{"factor":4.0}}']) == [
+        "x",
+        '{"rope_scaling":{"factor":4.0}}',
+    ]
+
+
+def test_trainer_ranks_and_engines_have_compiled_argv_and_env() -> None:
+    m = _manifest("trainer.cpu_processes=2")
+    cmds = m["commands"]
+    assert cmds["engine_env"] == [{} for _ in cmds["engine_argv"]]  # CPU engines: no GPUs
+    assert cmds["trainer_rank"] == {
+        "argv": ["python", "-m", "runtime.trainer.ranks", "{manifest}"],
+        "env": {
+            "RANK": "{rank}", "LOCAL_RANK": "{local_rank}", "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "{node_rank}",
+            "MASTER_ADDR": "{trainer_addr}", "MASTER_PORT": "{trainer_port}",
+            "TORCHELASTIC_RUN_ID": "node{node_rank}", "OMP_NUM_THREADS": "{cpu_threads}",
+        },
+    }  # fmt: skip
+    assert "trainer_rank" not in _manifest()["commands"]  # one rank: the trainer itself
+
+
+def test_a_managed_judge_is_compiled_with_its_engine_and_gpus(tmp_path: Path) -> None:
+    """On a GPU run a managed judge is SGLang by default (derived, with provenance), on its
+    planned GPUs; ``judges.NAME.engine`` chooses the embedded engine instead."""
+    from compiler.pipeline import compile_spec
+
+    spec = tmp_path / "judge.toml"
+    spec.write_text(
+        (ROOT / "specs/examples/gpu-dense.toml").read_text().replace('"../../runs', '"runs')
+        + '[judges.j]\nmode = "managed"\nmodel = "Qwen/Qwen3-8B"\nrevision = "'
+        + "a" * 40
+        + '"\nprepared_dir = "/data/judge"\n[rubrics.r]\n'
+        + 'profile = "open-instruct/general-quality"\n'
+        + '[judging.bindings.quality]\njudge = "j"\nrubric = "r"\n'
+    )
+    for overrides, engine, kind in (
+        ([], "sglang", "derived"),
+        (['judges.j.engine="embedded"'], "embedded", "override"),
+    ):
+        result = compile_spec(str(spec), overrides)
+        assert not result.errors, [d.message for d in result.errors]
+        m = result.manifest()
+        assert m["config"]["judges"]["j"]["engine"] == engine
+        assert m["provenance"]["judges.j.engine"]["kind"] == kind
+        [placed] = m["plan"]["placement"]["judges"]
+        judge = m["commands"]["judges"]["j"]
+        assert judge["env"] == {"CUDA_VISIBLE_DEVICES": ",".join(map(str, placed["gpus"]))}
+        assert _flag(judge["argv"], "--port") == str(placed["port"])
+        module = "sglang.launch_server" if engine == "sglang" else "runtime.engines.embedded"
+        assert judge["argv"][:3] == ["python", "-m", module]

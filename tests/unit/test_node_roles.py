@@ -10,12 +10,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def config(spec: str):
+def config(spec: str, *overrides: str):
     from compiler.pipeline import compile_spec
     from contract.run import parse
     from runtime.config import RunConfig
 
-    manifest = compile_spec(str(ROOT / "specs" / "examples" / spec), []).manifest()
+    manifest = compile_spec(str(ROOT / "specs" / "examples" / spec), list(overrides)).manifest()
     return RunConfig.from_contract(parse(manifest))
 
 
@@ -119,9 +119,9 @@ def _py(argv: list[str]) -> list[str]:
 def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     """The whole command line and environment each role gets, on the node the plan gives
     it, with the addresses and ports that node really has (what the registry carries)."""
-    from runtime.node.launch_argv import engine_process, router_process
+    from runtime.node.launch_argv import engine_process, router_process, trainer_rank_process
     from runtime.node.placement import engine_env, node_identity, roles_for
-    from runtime.trainer.ranks import rank_env
+    from runtime.trainer.ranks import rank_values
 
     cpu = config("multinode-cpu.toml")
     argv, env = engine_process(cpu, cpu.placement.engines[1].model_copy(update={"port": 40002}))
@@ -143,11 +143,15 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
         "--prometheus-port", "29123", "--worker-urls", *urls,
     ]  # fmt: skip
     # CPU trainer ranks split the node's cores
-    assert rank_env(0, 1, 2, 2, "127.0.0.1", 29500, "cpu", 2) == {
+    two = config("multinode-cpu.toml", "trainer.cpu_processes=2")
+    argv, env = trainer_rank_process(
+        two.contract.commands.trainer_rank, "/m.json", rank_values(0, 1, 2, "127.0.0.1", 29500, 2)
+    )
+    assert (_py(argv), env) == (["python", "-m", "runtime.trainer.ranks", "/m.json"], {
         "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
         "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
         "TORCHELASTIC_RUN_ID": "node0", "OMP_NUM_THREADS": "1",
-    }  # fmt: skip
+    })  # fmt: skip
 
     gpu = config("multinode.toml")
     env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
@@ -167,7 +171,9 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     ]  # fmt: skip
     # trainer node 1 (second of two): ranks 8..15 on its GPUs 0..7, rank 0 on node 0
     # ("lead", at the port rank 0 registered)
-    node1 = rank_env(1, 3, 8, 16, "lead", 29500, "cuda", 128)
+    _, node1 = trainer_rank_process(
+        gpu.contract.commands.trainer_rank, "/m.json", rank_values(1, 3, 8, "lead", 29500, 128)
+    )
     assert node1 == {
         "RANK": "11", "LOCAL_RANK": "3", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8",
         "GROUP_RANK": "1", "MASTER_ADDR": "lead", "MASTER_PORT": "29500",

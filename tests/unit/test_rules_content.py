@@ -866,6 +866,24 @@ CASES: list[tuple[str, str, str]] = [
         GPU + MANAGED + 'context_extension = "qwen3-yarn-128k"  # <-\n' + RUBRIC + BIND,
         GPU + MANAGED + 'context_extension = "none"\n' + RUBRIC + BIND,
     ),
+    (
+        "embedded-judge-tp",
+        GPU + MANAGED + 'engine = "embedded"\ngpus = 2  # <-\n' + RUBRIC + BIND,
+        GPU + MANAGED + 'engine = "sglang"\ngpus = 2\n' + RUBRIC + BIND,
+    ),
+    (
+        "embedded-judge-context-extension",
+        GPU
+        + MANAGED.replace("Qwen3-8B", "Qwen3-32B")
+        + 'engine = "embedded"\ncontext_extension = "qwen3-yarn-128k"  # <-\n'
+        + RUBRIC
+        + BIND,
+        GPU
+        + MANAGED.replace("Qwen3-8B", "Qwen3-32B")
+        + 'context_extension = "qwen3-yarn-128k"\n'
+        + RUBRIC
+        + BIND,
+    ),
     # evaluation
     (
         "background-eval-image",
