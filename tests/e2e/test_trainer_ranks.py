@@ -14,8 +14,9 @@ from rt_helpers import SMALL, compile_manifest, kill9, records, run, start, wait
 pytestmark = pytest.mark.slow
 
 
-def _follower_pid(root: Path, timeout: float = 120) -> int:
-    """The pid of trainer rank 1 (``python -m runtime.trainer.ranks``) of this run."""
+def _follower(root: Path, timeout: float = 120) -> tuple[int, bytes, bytes]:
+    """Trainer rank 1 (``python -m runtime.trainer.ranks``) of this run: its pid, and its
+    ``/proc`` command line and environment."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = subprocess.run(
@@ -28,9 +29,26 @@ def _follower_pid(root: Path, timeout: float = 120) -> int:
             except OSError:
                 continue
             if str(root).encode() in cmd and b"RANK=1\0" in env:
-                return int(pid)
+                return int(pid), cmd, env
         time.sleep(0.2)
     raise AssertionError("trainer rank 1 did not start")
+
+
+def _assert_runs_as_compiled(raw_cmd: bytes, raw_env: bytes, manifest: Path) -> None:
+    """Rank 1 runs the manifest's ``commands.trainer_rank``: its argv and every variable of
+    its environment, with only the documented run-time values substituted."""
+    import json
+    import os
+
+    from runtime.trainer.ranks import rank_values
+
+    compiled = json.loads(manifest.read_text())["commands"]["trainer_rank"]
+    cmd = [a.decode() for a in raw_cmd.split(b"\0") if a]
+    assert cmd == [sys.executable, *compiled["argv"][1:-1], str(manifest)]
+    env = dict(a.decode().split("=", 1) for a in raw_env.split(b"\0") if b"=" in a)
+    values = rank_values(0, 1, 2, "127.0.0.1", int(env["MASTER_PORT"]), os.cpu_count() or 1)
+    want = {k: v.format(**values) for k, v in compiled["env"].items()}
+    assert {k: env.get(k) for k in want} == want
 
 
 def test_two_cpu_ranks_survive_kill9_of_a_rank_and_resume(tmp_path: Path) -> None:
@@ -40,7 +58,9 @@ def test_two_cpu_ranks_survive_kill9_of_a_rank_and_resume(tmp_path: Path) -> Non
     root = tmp_path / "run"
     proc = start(manifest)
     wait_for(lambda: len(records(root)) >= 1, timeout=150, proc=proc)
-    kill9(_follower_pid(manifest.parent))
+    follower, cmd, env = _follower(manifest.parent)
+    kill9(follower)
+    _assert_runs_as_compiled(cmd, env, manifest)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 3, out
     assert "trainer rank 1 died (signal 9)" in out, out[-2000:]

@@ -217,7 +217,12 @@ def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
     import json
     import subprocess
 
-    manifest = _manifest("inference.seed=99", "inference.max_total_tokens=64", tmp=tmp_path)
+    manifest = _manifest(
+        "inference.seed=99",
+        "inference.max_total_tokens=64",
+        "trainer.cpu_processes=2",
+        tmp=tmp_path,
+    )
     from compiler.manifest.manifest import write_manifest
 
     path = write_manifest(manifest, tmp_path / "manifest.json")
@@ -232,6 +237,13 @@ def test_print_effective_shows_the_users_experiment(tmp_path: Path) -> None:
         argv = view["processes"][name]["argv"]
         assert _flag(argv, "--random-seed") == "99" and _flag(argv, "--max-total-tokens") == "64"
     assert view["processes"]["trainer"]["argv"][-1] == str(path.resolve())
+    rank = view["processes"]["trainer_rank"]  # compiled; run-time values stay placeholders
+    assert rank["argv"][1:] == ["-m", "runtime.trainer.ranks", str(path.resolve())]
+    assert rank["env"] == manifest["commands"]["trainer_rank"]["env"]
+    assert {n: p["env"] for n, p in view["processes"].items() if n.startswith("engine:")} == {
+        "engine:0": {},
+        "engine:1": {},
+    }
     assert view["components"]["rollout"]["sampling_seed"] == 99
     assert view["settings"]["inference"]["engine"] == "embedded"
 
