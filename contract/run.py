@@ -59,6 +59,7 @@ class Commands(Record):
     teacher_argv: list[str] = []  # on-policy distillation only (absent otherwise)
     engine_env: list[dict[str, str]] = []  # one per engine, beside engine_argv
     teacher_env: dict[str, str] = {}
+    evaluator_argv: list[str] = []  # background evaluation only
     judges: dict[str, Process] = {}  # managed judge name -> its server
     trainer_rank: Process | None = None  # a follower trainer rank (world size > 1 only)
 

@@ -212,6 +212,17 @@ def _needs_preparation(config: Mapping[str, Any]) -> bool:
     )
 
 
+def _compiled(argv: list[str]) -> list[str]:
+    """A compiled command line as a Beaker job runs it: the manifest where the job mounts
+    it; a background evaluation's milestone is filled in at submission."""
+    names = {
+        "{manifest}": MANIFEST_PATH,
+        "{update}": EVAL_UPDATE_PLACEHOLDER,
+        "{checkpoint}": EVAL_CHECKPOINT_PLACEHOLDER,
+    }
+    return [names.get(a, a) for a in argv]
+
+
 def _background_eval(config: Mapping[str, Any]) -> bool:
     return (config.get("evaluation") or {}).get("mode") == "background"
 
@@ -239,7 +250,7 @@ def render_beaker(
         task_name=manifest["name"],
         script=_script(
             manifest_text,
-            ["python", "-m", "runtime.entrypoints.execute", MANIFEST_PATH],
+            _compiled(manifest["commands"]["trainer_argv"]),
             "run.log",
             signature,
         ),
@@ -280,16 +291,7 @@ def render_beaker(
             + EVAL_UPDATE_PLACEHOLDER,
             script=_script(
                 manifest_text,
-                [
-                    "python",
-                    "-m",
-                    "runtime.entrypoints.evaluate",
-                    MANIFEST_PATH,
-                    "--update",
-                    EVAL_UPDATE_PLACEHOLDER,
-                    "--checkpoint",
-                    EVAL_CHECKPOINT_PLACEHOLDER,
-                ],
+                _compiled(manifest["commands"]["evaluator_argv"]),
                 "evaluation.log",
                 signature,
             ),

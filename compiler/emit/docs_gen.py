@@ -276,6 +276,7 @@ def manifest_schema() -> dict[str, Any]:
                     "teacher_argv": {"type": "array"},  # on-policy distillation only
                     "engine_env": {"type": "array"},
                     "teacher_env": obj,
+                    "evaluator_argv": {"type": "array"},  # background evaluation only
                     "judges": obj,  # managed judges: name -> {argv, env}
                     "trainer_rank": obj,  # several trainer ranks only
                 },

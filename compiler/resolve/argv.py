@@ -228,6 +228,23 @@ def trainer_argv() -> list[str]:
     return ["python", "-m", "runtime.entrypoints.execute", "{manifest}"]
 
 
+def evaluator_argv(config: dict[str, Any]) -> list[str]:
+    """A background evaluation of one milestone (``[]`` in shared mode): a local subprocess or
+    a Beaker job, with the update and its checkpoint substituted per milestone."""
+    if config["evaluation"]["mode"] != "background":
+        return []
+    return [
+        "python",
+        "-m",
+        "runtime.entrypoints.evaluate",
+        "{manifest}",
+        "--update",
+        "{update}",
+        "--checkpoint",
+        "{checkpoint}",
+    ]
+
+
 def teacher_argv(config: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     """The managed teacher server of on-policy distillation (``[]`` without one): the
     embedded engine, or SGLang on its planned GPUs. The runtime substitutes the port it
@@ -387,6 +404,9 @@ def commands(config: dict[str, Any], plan: dict[str, Any], paths: dict[str, str]
     if teacher:
         out["teacher_argv"] = teacher
         out["teacher_env"] = visible_gpus(list(plan["placement"]["teacher"].get("gpus") or []))
+    evaluator = evaluator_argv(config)
+    if evaluator:
+        out["evaluator_argv"] = evaluator
     judges = {
         j["name"]: judge_process(config, j)
         for j in plan["placement"]["judges"]

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +118,16 @@ class BeakerSubmitter:
 
 
 class LocalSubmitter:
-    """Runs ``python -m runtime.entrypoints.evaluate`` as a subprocess per milestone."""
+    """Runs the compiled ``commands.evaluator_argv`` (``python -m runtime.entrypoints.evaluate``)
+    as a subprocess per milestone."""
 
-    def __init__(self, manifest_path: Path, log_dir: Path) -> None:
+    def __init__(self, argv: Sequence[str], manifest_path: Path, log_dir: Path) -> None:
+        if not argv:
+            raise RuntimeError(
+                "background evaluation but the manifest has no evaluator command line "
+                "(commands.evaluator_argv): recompile the spec"
+            )
+        self.argv = list(argv)
         self.manifest_path = manifest_path
         self.log_dir = log_dir
         self.procs: list[tuple[int, subprocess.Popen[bytes], Path]] = []
@@ -128,16 +135,10 @@ class LocalSubmitter:
     def submit(self, update: int, checkpoint: Path) -> dict[str, Any]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"evaluate-{update:06d}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "runtime.entrypoints.evaluate",
-            str(self.manifest_path),
-            "--update",
-            str(update),
-            "--checkpoint",
-            str(checkpoint),
-        ]
+        from runtime.node.launch_argv import substitute
+
+        named = {"update": str(update), "checkpoint": str(checkpoint)}
+        argv = substitute(self.argv, manifest=str(self.manifest_path), named=named)
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
                 argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True

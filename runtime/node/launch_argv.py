@@ -13,7 +13,9 @@ it stands, except for what only this node knows:
 - in a trainer rank's argv and environment: ``{rank}`` (global rank), ``{local_rank}``,
   ``{node_rank}`` (the node's index among the trainer nodes), ``{trainer_addr}`` and
   ``{trainer_port}`` (where rank 0 waits, as it registered), ``{cpu_threads}`` (this node's
-  cores split between its ranks).
+  cores split between its ranks);
+- in a background evaluator's argv: ``{update}`` and ``{checkpoint}`` (the milestone it
+  evaluates and that milestone's snapshot).
 
 A substitution never adds a flag or a variable: a flag to substitute that the compiled argv
 lacks, an unknown placeholder or one without a value is an error, so a manifest cannot be
@@ -31,7 +33,10 @@ PYTHON_NAMES = ("python", "python3")
 _HOST = re.compile(r"\{host:(\d+)\}")
 _NAMED = re.compile(r"\{([a-z_]+)\}")
 PLACEHOLDERS = frozenset(
-    {"manifest", "rank", "local_rank", "node_rank", "trainer_addr", "trainer_port", "cpu_threads"}
+    {
+        *("manifest", "rank", "local_rank", "node_rank", "trainer_addr", "trainer_port"),
+        *("cpu_threads", "update", "checkpoint"),
+    }
 )
 
 

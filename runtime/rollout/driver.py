@@ -138,7 +138,11 @@ def _background_evaluator(cfg: RunConfig, trainer: TrainerAdapter) -> Any:
             name=cfg.name,
         )
     else:
-        submitter = LocalSubmitter(cfg.manifest_path.resolve(), cfg.paths.eval_dir / "logs")
+        submitter = LocalSubmitter(
+            cfg.contract.commands.evaluator_argv,
+            cfg.manifest_path.resolve(),
+            cfg.paths.eval_dir / "logs",
+        )
     return BackgroundEvaluator(cfg, snapshot, submitter)
 
 
