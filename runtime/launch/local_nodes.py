@@ -1,7 +1,8 @@
 """``python -m runtime.launch.local_nodes MANIFEST --nodes N``: simulated nodes on one machine.
 
-Each node of the plan runs as its own ``runtime.entrypoints.execute`` process with its own node rank and
-its own loopback address (node K is 127.0.1.K+1; node 0 is the leader and hosts the
+Each node of the plan runs the manifest's ``commands.trainer_argv`` (``python -m
+runtime.entrypoints.execute {manifest}``, the node entry point a Beaker replica runs too) as its
+own process, with ``--no-progress`` and its own node rank and its own loopback address (node K is 127.0.1.K+1; node 0 is the leader and hosts the
 registry), through the same ``RLC_*`` variables a scheduler other than Beaker sets. Logs go to
 ``<output.root>/logs/node-K/``. Like a replicated job, the run fails as a whole: when one node
 exits with an error the others are stopped, and the exit code is that node's.
@@ -52,9 +53,20 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def node_argv(manifest: Path) -> list[str]:
+    """The compiled node entry point with this interpreter and the manifest's path."""
+    import json
+
+    from runtime.node.launch_argv import substitute
+
+    compiled = json.loads(manifest.read_text(encoding="utf-8"))["commands"]["trainer_argv"]
+    return substitute(compiled, manifest=str(manifest))
+
+
 def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ()) -> int:
     from runtime.engines.process import free_port
 
+    argv = [*node_argv(manifest), "--no-progress", *extra]
     port = free_port(node_address(0))
     procs: list[tuple[int, subprocess.Popen[bytes], Path]] = []
     for rank in range(count):
@@ -62,14 +74,7 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "runtime.entrypoints.execute",
-                    str(manifest),
-                    "--no-progress",
-                    *extra,
-                ],
+                argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
