@@ -1,7 +1,7 @@
 """The engine-backend seam: what differs between the embedded engine and SGLang, in one place.
 
 The runtime picks the backend once, from ``inference.engine`` (``backend_for``), and asks it
-instead of comparing engine names: the environment an engine process gets, the weight
+instead of comparing engine names: the environment an evaluator's engine gets, the weight
 names and snapshot format it loads, how many ranks of a distributed weight-update group one
 engine holds, and how the start-up weight audit reads its weights back. The command line
 itself is the manifest's (``runtime.node.launch_argv``); each backend's module documents the
@@ -11,7 +11,7 @@ and ``runtime.engines.sglang``.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from contract.spec.evaluation import EvaluationSection
 from contract.spec.inference import InferenceSection
@@ -39,8 +39,9 @@ class EngineBackend(Protocol):
         by name plus the engine's logprobs of its own greedy continuation."""
         ...
 
-    def env(self, engine: Any) -> dict[str, str]:
-        """Environment of one engine process (its GPUs, the server's own switches)."""
+    def env(self) -> dict[str, str]:
+        """The server's own switches, for an evaluator's engine (rollout engines run the
+        compiled ``commands.engine_env``)."""
         ...
 
     def ranks_per_engine(self, inference: InferenceSection) -> int:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from contract.spec.evaluation import EvaluationSection
 from contract.spec.inference import InferenceSection
@@ -118,7 +118,8 @@ ENGINE_ENDPOINTS: dict[str, str | None] = {
     "/get_weight_checksum": "/get_weights_by_name",
 }
 
-# Env for rollout engines, as slime/miles set it: a cheap liveness /health (no generation).
+# Env of an evaluator's SGLang server, as slime/miles set it: a cheap liveness /health (no
+# generation); rollout engines run the compiled commands.engine_env, which holds the same.
 DEFAULT_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"}
 
 
@@ -133,10 +134,8 @@ class SGLangBackend:
     hf_weight_names: bool = True
     checksum_audit: bool = False
 
-    def env(self, engine: Any) -> dict[str, str]:
-        from runtime.node.placement import engine_env
-
-        return {**DEFAULT_ENV, **({} if engine is None else engine_env(engine))}
+    def env(self) -> dict[str, str]:
+        return dict(DEFAULT_ENV)
 
     def ranks_per_engine(self, inference: InferenceSection) -> int:
         return inference.tensor_parallel

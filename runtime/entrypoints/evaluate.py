@@ -130,7 +130,7 @@ def _start_engine(cfg: Any, checkpoint: str, log_dir: Path) -> Any:
     argv = substitute(cfg.engine_argv[0], values={"--port": str(port), "--model-path": checkpoint})
     backend = backend_for(cfg.inference.engine)
     argv += backend.eval_server_args(cfg.evaluation)
-    env = backend.env(None)  # no placement: the evaluator's own GPUs
+    env = backend.env()  # no placement: the evaluator's own GPUs
     return start_server(
         f"eval-engine:{port}",
         argv,

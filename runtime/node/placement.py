@@ -89,10 +89,3 @@ def roles_for(plan: Placement, ident: NodeIdentity) -> NodeRoles:
         trainer=ident.rank in plan.trainer.nodes,
         leader=ident.rank == 0,
     )
-
-
-def engine_env(engine: PlacedEngine) -> dict[str, str]:
-    """An engine sees only the GPUs the plan gave it (its first one is its device 0)."""
-    if not engine.gpus:
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in engine.gpus)}

@@ -29,7 +29,7 @@ def ident(rank: int, count: int):
 def test_multinode_cpu_roles_argv_env() -> None:
     from runtime.launch.local_nodes import node_env
     from runtime.node.launch_argv import engine_process
-    from runtime.node.placement import engine_env, roles_for
+    from runtime.node.placement import roles_for
 
     cfg = config("multinode-cpu.toml")
     assert cfg.placement.num_nodes == 2
@@ -51,12 +51,12 @@ def test_multinode_cpu_roles_argv_env() -> None:
     assert argv[argv.index("--port") + 1] == "40001" and argv.count("--port") == 1
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
     assert argv[argv.index("--device") + 1] == "cpu"
-    assert engine_env(r1.engines[0]) == {}  # CPU engines: nothing to pin
+    assert cfg.contract.commands.engine_env[r1.engines[0].id] == {}  # CPU: nothing to pin
 
 
 def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
     from runtime.node.launch_argv import engine_process
-    from runtime.node.placement import engine_env, node_identity, roles_for
+    from runtime.node.placement import node_identity, roles_for
 
     cfg = config("multinode.toml")
     env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
@@ -73,7 +73,7 @@ def test_multinode_gpu_engines_pinned_and_on_their_ports() -> None:
         list(range(8, 16)),
     ]
     for e in roles[3].engines:
-        assert engine_env(e) == {"CUDA_VISIBLE_DEVICES": str(e.id - 8)}
+        assert cfg.contract.commands.engine_env[e.id]["CUDA_VISIBLE_DEVICES"] == str(e.id - 8)
         argv, _ = engine_process(cfg, e.model_copy(update={"port": 41000 + e.id}))
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert argv[argv.index("--port") + 1] == str(41000 + e.id)
@@ -120,7 +120,7 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     """The whole command line and environment each role gets, on the node the plan gives
     it, with the addresses and ports that node really has (what the registry carries)."""
     from runtime.node.launch_argv import engine_process, router_process, trainer_rank_process
-    from runtime.node.placement import engine_env, node_identity, roles_for
+    from runtime.node.placement import node_identity, roles_for
     from runtime.trainer.ranks import rank_values
 
     cpu = config("multinode-cpu.toml")
@@ -157,7 +157,7 @@ def test_golden_argv_and_env_of_every_role_of_the_multinode_examples() -> None:
     env = {"BEAKER_REPLICA_COUNT": "4", "BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}
     node2 = roles_for(gpu.placement, node_identity({**env, "BEAKER_REPLICA_RANK": "2"}))
     e1 = node2.engines[1]
-    assert (e1.id, engine_env(e1)) == (1, {"CUDA_VISIBLE_DEVICES": "1"})
+    assert (e1.id, gpu.contract.commands.engine_env[1]["CUDA_VISIBLE_DEVICES"]) == (1, "1")
     argv, env = engine_process(gpu, e1.model_copy(update={"port": 41001}))
     assert env == {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false", "CUDA_VISIBLE_DEVICES": "1"}
     assert _py(argv) == [

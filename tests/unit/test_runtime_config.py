@@ -17,7 +17,7 @@ import pytest
 
 from contract.run import VERIFIED_ENV, ContractError, parse
 from runtime.config import RunConfig
-from runtime.node.placement import PlacementError, engine_env, node_identity, roles_for
+from runtime.node.placement import PlacementError, node_identity, roles_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,8 +107,9 @@ def test_roles_per_node_and_replica_count() -> None:
         node_identity({"RLC_NODE_RANK": "1", "RLC_NUM_NODES": "2"})
     gpu = RunConfig.from_contract(parse(compiled("gpu-dense")))
     engine = gpu.placement.engines[0]
-    assert engine_env(engine) == {"CUDA_VISIBLE_DEVICES": ",".join(map(str, engine.gpus))}
-    assert engine_env(cfg.placement.engines[0]) == {}
+    gpus = ",".join(map(str, engine.gpus))
+    assert gpu.contract.commands.engine_env[engine.id] == {"CUDA_VISIBLE_DEVICES": gpus}
+    assert cfg.contract.commands.engine_env[0] == {}
     with pytest.raises(PlacementError, match="compiled for 2 node"):
         roles_for(cfg.placement, node_identity({}))
     with pytest.raises(PlacementError, match="outside"):

@@ -9,11 +9,10 @@ for it: ``--random-seed``, ``--init-seed``, ``--max-total-tokens`` and, on a GPU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from contract.spec.evaluation import EvaluationSection
 from contract.spec.inference import InferenceSection
-from runtime.node.placement import engine_env
 
 
 @dataclass(frozen=True)
@@ -23,9 +22,9 @@ class EmbeddedBackend:
     hf_weight_names: bool = False
     checksum_audit: bool = True
 
-    def env(self, engine: Any) -> dict[str, str]:
-        """The plan's GPUs of the engine (none without a placement: an evaluator's)."""
-        return {} if engine is None else engine_env(engine)
+    def env(self) -> dict[str, str]:
+        """None of its own (an evaluator's engine; rollout engines run the compiled env)."""
+        return {}
 
     def ranks_per_engine(self, inference: InferenceSection) -> int:
         return 1  # TP1 only (rule embedded-engine-gpu-tp)
