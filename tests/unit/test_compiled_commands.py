@@ -190,13 +190,17 @@ def test_running_engines_and_router_have_the_compiled_argv_and_honour_it(tmp_pat
 
 
 def test_the_backend_is_chosen_once_from_inference_engine() -> None:
-    from contract.plan import PlacedEngine
+    from compiler.resolve.argv import SGLANG_ENGINE_ENV, engine_env
     from runtime.engines.backend import backend_for
 
-    on_gpus = PlacedEngine(id=1, node=0, port=1, gpus=[2, 3], device="cuda")
     embedded, sglang = backend_for("embedded"), backend_for("sglang")
-    assert embedded.env(on_gpus) == {"CUDA_VISIBLE_DEVICES": "2,3"}
-    assert sglang.env(on_gpus)["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    # an evaluator's engine gets the server's own switches, the same a rollout engine has
+    # compiled beside its GPUs
+    assert embedded.env() == {} and sglang.env() == SGLANG_ENGINE_ENV
+    plan = {"placement": {"engines": [{"gpus": [2, 3]}]}}
+    assert engine_env({"inference": {"engine": "sglang"}}, plan) == [
+        {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false", "CUDA_VISIBLE_DEVICES": "2,3"}
+    ]
     assert (embedded.snapshot_format, sglang.snapshot_format) == ("native", "hf")
     assert (embedded.checksum_audit, sglang.checksum_audit) == (True, False)
     from contract.spec.evaluation import EvaluationSection
