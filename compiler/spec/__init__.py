@@ -20,6 +20,10 @@ Where the manifest deviates from / extends briefs/contract.md (`contract.plan` a
   docs/support.md "Paths in manifests"); absolute only when the spec path or value is.
 * ``commands.trainer_argv`` is ``python -m runtime.entrypoints.execute {manifest}``; ``{manifest}`` and
   ``{host:N}`` (engine URLs on other nodes in ``router_argv``) are placeholders.
+  ``commands`` also has ``engine_env`` (one per engine), ``teacher_env``, ``evaluator_argv``
+  (background evaluation), ``judges`` (managed judge name -> ``{argv, env}``) and
+  ``trainer_rank`` (``{argv, env}`` of a follower rank, whose run-time values are the
+  placeholders listed in ``runtime.node.launch_argv``).
 * ``plan.placement`` also has ``judges``, ``replicas``, ``gpus_per_replica``,
   ``allocated_gpus``, ``used_gpus``, ``unused_gpus``, ``policy_gpus``, ``judge_gpus``,
   ``widest_node``; engines carry ``device``; ``trainer`` carries ``world_size`` and
