@@ -396,7 +396,7 @@ class NodeRunner:
     def _follow_trainer(self) -> None:
         """A trainer node after the first: its ranks follow trainer rank 0 (on node 0)."""
         from runtime.node.registry import RegistryError
-        from runtime.trainer.ranks import start_ranks
+        from runtime.trainer.ranks import RankFailure, start_ranks
 
         cfg, plan = self.cfg, self.cfg.placement
         nodes = len(plan.trainer.nodes)
@@ -416,7 +416,7 @@ class NodeRunner:
                 port=int(port),
                 log_dir=cfg.paths.root / "logs" / f"trainer-ranks-node{self.ident.rank}",
             )
-        except SubstitutionError as exc:
+        except RankFailure as exc:
             raise RunFailure(str(exc)) from None
         self.on_close.append(ranks.close)
         self.rank_pids = ranks.pids

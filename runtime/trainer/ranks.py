@@ -137,7 +137,7 @@ def start_ranks(
     Returns at once."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
-    from runtime.node.launch_argv import trainer_rank_process
+    from runtime.node.launch_argv import SubstitutionError, trainer_rank_process
 
     first = node_rank * nprocs
     local = [i for i in range(nprocs) if first + i != 0]
@@ -150,7 +150,10 @@ def start_ranks(
     entrypoint = ""
     for idx, lr in enumerate(local):
         values = rank_values(node_rank, lr, nprocs, addr, port, os.cpu_count() or 1)
-        argv, envs[idx] = trainer_rank_process(compiled, str(manifest_path), values)
+        try:
+            argv, envs[idx] = trainer_rank_process(compiled, str(manifest_path), values)
+        except SubstitutionError as exc:
+            raise RankFailure(f"trainer ranks not started: {exc}") from None
         entrypoint, args[idx] = argv[0], tuple(argv[1:])
     ctx = start_processes(
         name="trainer",

@@ -320,3 +320,15 @@ def test_a_managed_judge_is_compiled_with_its_engine_and_gpus(tmp_path: Path) ->
         assert _flag(judge["argv"], "--port") == str(placed["port"])
         module = "sglang.launch_server" if engine == "sglang" else "runtime.engines.embedded"
         assert judge["argv"][:3] == ["python", "-m", module]
+
+
+def test_trainer_ranks_without_their_compiled_command_are_refused(tmp_path: Path) -> None:
+    from contract.run import Process
+    from runtime.trainer.ranks import RankFailure, start_ranks
+
+    kw: dict[str, Any] = {"node_rank": 0, "nprocs": 2, "addr": "127.0.0.1", "port": 1}
+    with pytest.raises(RankFailure, match="no trainer rank command line"):
+        start_ranks(None, "/m.json", log_dir=tmp_path, **kw)
+    unknown = Process(argv=["python", "-m", "runtime.trainer.ranks"], env={"X": "{gpu}"})
+    with pytest.raises(RankFailure, match=r"unknown placeholder \{gpu\}"):
+        start_ranks(unknown, "/m.json", log_dir=tmp_path, **kw)
