@@ -354,6 +354,7 @@ EXEMPT: dict[str, str] = {
             "judges.*.chat_template",
             "judges.*.context_extension",
             "judges.*.endpoint",
+            "judges.*.engine",
             "judges.*.gpus",
             "judges.*.max_concurrent_calls",
             "judges.*.max_context_length",
