@@ -94,6 +94,14 @@ def processes(cfg: Any, commands: dict[str, Any], manifest_path: str) -> dict[st
             "argv": substitute(teacher),
             "env": substitute_env(cfg.contract.commands.teacher_env),
         }
+    evaluator = cfg.contract.commands.evaluator_argv
+    if evaluator:  # background evaluation: a subprocess (or Beaker job) per milestone
+        milestone = {"update": "{update}", "checkpoint": "{checkpoint}"}
+        out["evaluator"] = {
+            "node": trainer_node,
+            "argv": substitute(evaluator, manifest=manifest_path, named=milestone),
+            "env": {},
+        }
     return out
 
 

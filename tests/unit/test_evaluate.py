@@ -43,6 +43,14 @@ def test_evaluation_config_is_read_with_defaults_and_tasks(tmp_path: Path) -> No
     )
     assert ev.tasks[0].task == "gsm8k" and ev.tasks[0].interval == 10
     assert cfg.training.skip_eval_before_train is True
+    # the evaluator's command line is compiled; a milestone fills in update and checkpoint
+    from runtime.effective import processes
+
+    view = processes(cfg, cfg.contract.commands.model_dump(), "/m.json")["evaluator"]
+    assert view["argv"][1:] == [
+        "-m", "runtime.entrypoints.evaluate", "/m.json",
+        "--update", "{update}", "--checkpoint", "{checkpoint}",
+    ]  # fmt: skip
     assert cfg.paths.eval_dir == cfg.paths.root / "eval"
 
 
