@@ -9,8 +9,8 @@ do neither here is listed in ``EXEMPT`` with the reason.
 The typed settings are the whole resolved spec, so a perturbed value always changes them;
 a setting counts only if a real run READ it: the quickstart runs once per test run with
 ``RLC_RECORD_READS`` (tests/unit/recorded_reads.py), which records every spec field any of
-its processes reads. Of the 242 fields, 174 have a runtime reader in the consumer
-registry; 57 of those are read only where no CPU run goes (async rollouts, distillation,
+its processes reads. Of the 243 fields, 169 have a runtime reader in the consumer
+registry; 52 of those are read only where no CPU run goes (async rollouts, distillation,
 tool use, Beaker evaluation, judges, other tasks' loaders, ahead-of-time preparation) and
 count on the registry's word: each is listed in ``NOT_RECORDED`` with its reason.
 `test_every_runtime_reader_the_quickstart_reaches_was_seen_reading` fails on a claimed
@@ -405,7 +405,7 @@ NOT_RECORDED: dict[str, str] = {
     "data.prompt_wrapper": "the compiler copies it into every data.tasks entry; read only for a hand-built section",
     **{f"data.tasks.[].{k}": _OTHER_TASK for k in ("digits", "path")},
     **{f"rewards.{k}": _OTHER_TASK for k in ("ifeval.aggregate", "ifeval.strict", "math.equivalence", "math.timeout_s")},
-    **{p: _JUDGE_READ for p in ("judges.*.chat_template", "judges.*.context_extension", "judges.*.endpoint", "judges.*.gpus", "judges.*.max_concurrent_calls", "judges.*.max_context_length", "judges.*.mode", "judges.*.model", "judges.*.prepared_dir", "judges.*.revision", "judges.*.timeout", "judging.bindings.*.judge", "judging.bindings.*.rubric", "rubrics.*.max_response_tokens", "rubrics.*.profile", "rubrics.*.temperature")},
+    **{p: _JUDGE_READ for p in ("judges.*.chat_template", "judges.*.endpoint", "judges.*.max_concurrent_calls", "judges.*.mode", "judges.*.model", "judges.*.timeout", "judging.bindings.*.judge", "judging.bindings.*.rubric", "rubrics.*.max_response_tokens", "rubrics.*.profile", "rubrics.*.temperature")},
 }  # fmt: skip
 
 
