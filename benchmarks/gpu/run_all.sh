@@ -8,7 +8,7 @@
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
-# e2e5-256 e2e5-1024 (see the case below). Expects the
+# e2e5-256 e2e5-1024 moe-update (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -178,7 +178,7 @@ for s in "$@"; do
     stage "$s" "${BENCH_TIMEOUT:-200}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
       run specs/examples/gpu-moe.toml --no-progress --bench --set "output.root=\"$root\"" \
       --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' \
-      --set training.num_rollouts=3
+      --set training.num_rollouts=3 ${MOE_ROUTER:+--set inference.router=$MOE_ROUTER}
     mkdir -p "$RES/bench/moe"
     cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/moe/" 2>/dev/null
     cp -r "$root/logs" "$RES/bench/moe/" 2>/dev/null
@@ -194,6 +194,12 @@ for s in "$@"; do
     stage "$s" "$(( n > 256 ? 200 : 150 ))" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
       --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n" \
       --deadline-s "$(( n > 256 ? 185 : 135 ))"
+    ;;
+  # ---- round six: the MoE update on torch's grouped matrix product vs the capacity MLP ----
+  moe-update)
+    stage moe-update-grouped 240 python3 benchmarks/gpu/trainer_ranks.py --gpus 1 --moe
+    stage moe-update-capacity 240 python3 benchmarks/gpu/trainer_ranks.py --gpus 1 --moe \
+      --set 'model.source="builtin:smallmoe?dropless=0"'
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh

@@ -132,6 +132,7 @@ BUILTIN_MODELS: dict[str, dict[str, object]] = {
 # `builtin:NAME?key=int&...` adjusts a builtin's shape (runtime/models/builtin.py reads it)
 BUILTIN_OVERRIDE_KEYS = (
     "d_model",
+    "dropless",  # MoE builtins: 0 = OLMo-core's capacity MLP, 1 (default) = dropless MLP
     "n_heads",
     "n_layers",
     "num_experts",

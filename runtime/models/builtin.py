@@ -15,6 +15,8 @@ from olmo_core.nn.feed_forward import FeedForwardConfig
 from olmo_core.nn.moe import MoEConfig, MoERouterConfig, MoEType
 from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
 
+from contract.spec.constants import BUILTIN_OVERRIDE_KEYS
+
 TORCH = AttentionBackendName.torch
 
 
@@ -53,18 +55,21 @@ def _moe_like(
     experts: int,
     top_k: int,
     hybrid: bool,
-    no_drop: bool = False,
 ) -> Callable[..., TransformerConfig]:
-    """``no_drop``: capacity factor E/top_k, so no token is ever dropped (exact packing)."""
+    """Dropless experts, as the engines: OLMo-core's dropless MLP, whose grouped matrix
+    product runs on ``torch.nn.functional.grouped_mm`` (``runtime.models.moe_grouped``).
+    ``dropless=0`` builds OLMo-core's capacity MLP instead, with capacity E/top_k so that it
+    drops no token either (the same outputs, padded batched matrix products)."""
 
     def build(vocab_size: int, **kw: Any) -> TransformerConfig:
         dm = kw.pop("d_model", d_model)
         n_exp, k = kw.pop("num_experts", experts), kw.pop("top_k", top_k)
+        dropless = bool(kw.pop("dropless", 1))
         moe = MoEConfig(
-            name=MoEType.default,
+            name=MoEType.dropless if dropless else MoEType.default,
             num_experts=n_exp,
             hidden_size=int(0.5 * dm),
-            capacity_factor=n_exp / k if no_drop else None,
+            capacity_factor=None if dropless else n_exp / k,
             router=MoERouterConfig(top_k=k),
             shared_mlp=None if hybrid else FeedForwardConfig(hidden_size=dm * 2, bias=False),
             lb_loss_weight=0.01,
@@ -108,16 +113,16 @@ BUILTINS: dict[str, tuple[str, Callable[..., TransformerConfig]]] = {
     "small": ("dense", _olmo3_like(256, 4, 4, 704, 64)),
     "olmo3-190m": ("dense", _olmo_core_named(TransformerConfig.olmo3_190M)),
     "olmo3-1b": ("dense", _olmo_core_named(TransformerConfig.olmo3_1B)),
-    "tiny-moe": ("moe", _moe_like(64, 2, 4, 4, 2, hybrid=False, no_drop=True)),
-    "tiny-hybrid-moe": ("hybrid_moe", _moe_like(64, 2, 4, 4, 2, hybrid=True, no_drop=True)),
+    "tiny-moe": ("moe", _moe_like(64, 2, 4, 4, 2, hybrid=False)),
+    "tiny-hybrid-moe": ("hybrid_moe", _moe_like(64, 2, 4, 4, 2, hybrid=True)),
     # no dropped tokens: the engines are dropless, and a capacity-factor trainer that drops
     # a token's experts scores another sub-network than the one that sampled it (the
     # train/inference log-prob gap of gpu-moe.toml, 0.11 on one H200, came from this)
-    "smallmoe": ("moe", _moe_like(768, 12, 12, 32, 4, hybrid=False, no_drop=True)),
-    "small-hybrid-moe": ("hybrid_moe", _moe_like(768, 12, 12, 32, 4, hybrid=True, no_drop=True)),
+    "smallmoe": ("moe", _moe_like(768, 12, 12, 32, 4, hybrid=False)),
+    "small-hybrid-moe": ("hybrid_moe", _moe_like(768, 12, 12, 32, 4, hybrid=True)),
 }
 
-_INT_OVERRIDES = {"vocab_size", "d_model", "n_layers", "n_heads", "window", "num_experts", "top_k"}
+_INT_OVERRIDES = frozenset(BUILTIN_OVERRIDE_KEYS)
 
 
 def parse_builtin(name: str) -> tuple[str, dict[str, int]]:

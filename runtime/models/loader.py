@@ -14,6 +14,7 @@ from .attention import enable_document_masking
 from .builtin import builtin_config
 from .gdn_cpu import has_gated_delta_net, install_cpu_gdn_fallbacks
 from .moe_cpu import install_cpu_moe_fallbacks
+from .moe_grouped import use_grouped_mm_experts
 from .tokenizer import Tokenizer, builtin_tokenizer
 from .weights import load_safetensors, save_safetensors
 
@@ -89,6 +90,7 @@ def _finish(
         raise ModelLoadError(f"{source} is a {family} model but architecture={architecture!r}")
     if family != "dense":
         install_cpu_moe_fallbacks()
+        use_grouped_mm_experts(model)
     if has_gated_delta_net(model):
         install_cpu_gdn_fallbacks()
     enable_document_masking(model)

@@ -1,7 +1,7 @@
 """Pure-torch fallbacks for OLMo-core's MoE token routing ops (CPU tests and CPU runs).
 
-OLMo-core's default (capacity-factor) MoE routes tokens with triton kernels
-(``binned_gather``/``binned_scatter``) that assert on CPU. These fallbacks implement the
+OLMo-core's MoEs route tokens with triton kernels (``binned_gather``/``binned_scatter`` for
+the capacity-factor MLP, ``gather``/``scatter`` for the dropless one) that assert on CPU. These fallbacks implement the
 same semantics (tokens beyond an expert's capacity are dropped, outputs are weighted and
 summed over top-k) with differentiable index ops; CUDA tensors keep the original kernels.
 """
@@ -58,6 +58,32 @@ def binned_scatter_torch(
     return out.view(tokens, top_k, hidden).sum(dim=1)
 
 
+def gather_torch(
+    x: torch.Tensor, indices: torch.Tensor, bin_ids: torch.Tensor, bins: torch.Tensor, top_k: int
+) -> torch.Tensor:
+    """Dropless routing: row i of the output is the token of sorted assignment i."""
+    return x.index_select(0, indices.long() // top_k)
+
+
+def scatter_torch(
+    x: torch.Tensor,
+    indices: torch.Tensor,
+    bin_ids: torch.Tensor,
+    weights: torch.Tensor | None,
+    bins: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """Dropless un-routing: assignment i goes back to its (token, k) slot, weighted, and the
+    top-k slots of each token are summed."""
+    dst = indices.long()
+    vals = x
+    if weights is not None:
+        vals = vals * weights.index_select(0, dst).unsqueeze(-1).to(vals.dtype)
+    tokens = indices.shape[0] // top_k
+    out = x.new_zeros(tokens * top_k, x.shape[-1]).index_copy(0, dst, vals)
+    return out.view(tokens, top_k, x.shape[-1]).sum(dim=1)
+
+
 def _dispatch(original: Callable[..., Any], fallback: Callable[..., Any]) -> Callable[..., Any]:
     def op(x: torch.Tensor, *args: Any) -> Any:
         if x.is_cuda and moe_ops.kernels is not None:
@@ -75,4 +101,6 @@ def install_cpu_moe_fallbacks() -> None:
         return
     moe_ops.binned_gather = _dispatch(moe_ops.binned_gather, binned_gather_torch)  # type: ignore[assignment]
     moe_ops.binned_scatter = _dispatch(moe_ops.binned_scatter, binned_scatter_torch)  # type: ignore[assignment]
+    moe_ops.gather = _dispatch(moe_ops.gather, gather_torch)  # type: ignore[assignment]
+    moe_ops.scatter = _dispatch(moe_ops.scatter, scatter_torch)  # type: ignore[assignment]
     _PATCHED = True

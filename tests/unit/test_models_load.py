@@ -178,4 +178,6 @@ def test_builtin_moe_trainers_never_drop_tokens() -> None:
     assert moes
     for name in moes:
         moe = BUILTINS[name][1](vocab_size=64).block.feed_forward_moe
-        assert moe.capacity_factor == moe.num_experts / moe.router.top_k, name
+        assert moe.name == "dropless", name
+        capacity = BUILTINS[name][1](vocab_size=64, dropless=0).block.feed_forward_moe
+        assert capacity.capacity_factor == capacity.num_experts / capacity.router.top_k, name
