@@ -8,7 +8,8 @@
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
-# e2e5-256 e2e5-1024 moe-update (see the case below). Expects the
+# e2e5-256 e2e5-1024 moe-update moe-mlp
+# bench-warm-base bench-warm-trainer (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -200,6 +201,27 @@ for s in "$@"; do
     stage moe-update-grouped 240 python3 benchmarks/gpu/trainer_ranks.py --gpus 1 --moe
     stage moe-update-capacity 240 python3 benchmarks/gpu/trainer_ranks.py --gpus 1 --moe \
       --set 'model.source="builtin:smallmoe?dropless=0"'
+    ;;
+  moe-mlp)  # the expert MLP alone, one packed row of smallmoe's shape
+    stage moe-mlp 120 python3 benchmarks/gpu/moe_mlp.py --tokens 8192 --experts 32 --top-k 4 \
+      --d-model 768 --hidden 384
+    ;;
+  bench-warm-base | bench-warm-trainer)
+    # as bench-warm without the round-six start-up changes (base: neither the trainer's
+    # warm-up nor the compile artifacts; trainer: the trainer's warm-up only)
+    label=${s#bench-}
+    root=/tmp/runs/dense-$label
+    rm -rf "$root"
+    art=0; tw=0; [ "$label" = warm-trainer ] && tw=1
+    stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache \
+      RLC_TRAINER_WARMUP=$tw RLC_COMPILE_ARTIFACTS=$art python3 -m rlc_cli.main \
+      run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
+      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
+      --set training.num_rollouts=3
+    mkdir -p "$RES/bench/dense-$label"
+    cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/dense-$label/" 2>/dev/null
+    cp -r "$root/logs" "$RES/bench/dense-$label/" 2>/dev/null
+    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh

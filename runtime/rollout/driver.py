@@ -186,6 +186,9 @@ class TrainerAdapter:
     def compute_logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
         return [t.tolist() for t in self.inner.compute_logprobs(self._convert(samples))]
 
+    def warm_up(self) -> int:
+        return int(self.inner.warm_up())
+
     def train_step(self, samples: Sequence[Sample]) -> dict[str, Any]:
         return dict(self.inner.train_step(self._convert(samples)))
 
@@ -601,7 +604,7 @@ def train(runner: Node) -> dict[str, Any]:
     if startup is not None:
         startup.mark("weight audit")
     if cfg.inference.engine == "embedded":
-        _warm_decode_graphs(cfg, runner, tokenizer, startup)
+        _warm_decode_graphs(cfg, runner, tokenizer, startup, trainer)
     if startup is not None:
         log(startup.line())
         startup.write(cfg.paths.root)
@@ -738,24 +741,41 @@ def done_line(out: dict[str, Any], total: int) -> str:
     return line
 
 
-def _warm_decode_graphs(cfg: RunConfig, runner: Node, tokenizer: Any, startup: Any) -> None:
-    """Every decode graph the run can meet, captured before the first collection."""
+def _warm_decode_graphs(
+    cfg: RunConfig, runner: Node, tokenizer: Any, startup: Any, trainer: Any = None
+) -> None:
+    """Every decode graph the run can meet, captured before the first collection; the
+    trainer compiles its log-prob forward meanwhile (the engines compile in their own
+    processes, so the two overlap). ``RLC_TRAINER_WARMUP=0`` leaves the trainer's compile
+    to the first collection (to measure the overlap)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from runtime.engines.warmup import warm_up_engines
 
     sampling = [_sampling_params(cfg, tokenizer)]
     if cfg.evaluation.mode == "shared":  # held-out prompts go to the same engines
         sampling.append({"temperature": cfg.evaluation.temperature})
-    answers = warm_up_engines(
-        runner.engine_urls,
-        sampling,
-        float(cfg.runtime.startup_timeout_s or 1800),
-        max_kv_len=cfg.inference.max_context_length,
-    )
+    warm_trainer = trainer is not None and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        engines = pool.submit(
+            warm_up_engines,
+            runner.engine_urls,
+            sampling,
+            float(cfg.runtime.startup_timeout_s or 1800),
+            max_kv_len=cfg.inference.max_context_length,
+        )
+        t0 = time.monotonic()
+        rows = trainer.warm_up() if warm_trainer else 0
+        trainer_s = time.monotonic() - t0
+        answers = engines.result()
     graphs = sum(int(a.get("graphs") or 0) for a in answers.values())
     if startup is None:
         return
     startup.mark("decode graph warm-up")
     startup.details["graphs"] = graphs
+    if warm_trainer:
+        startup.details["trainer_warm_up_rows"] = rows
+        startup.details["trainer_warm_up_s"] = round(trainer_s, 2)
     startup.details["modes"] = sorted({m for a in answers.values() for m in a.get("modes", [])})
 
 

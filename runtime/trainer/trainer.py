@@ -481,6 +481,26 @@ class Trainer:
         return full
 
     @collective
+    @torch.no_grad()
+    def warm_up(self) -> int:
+        """Run the log-prob forward on filler rows, so that its compile (FlexAttention under
+        dynamo) happens before the first collection (the run does it while the engines
+        capture their decode graphs). Static rows: their one length; dynamic rows: two
+        lengths, the second compiling the shape-dynamic graph later lengths reuse. Returns
+        how many rows ran."""
+        static = self.static_row_tokens()
+        lengths = [static] if static else [64, 96]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for n in lengths:
+                row = pad_row(_filler_rows()[0], n)
+                self._forward_selected(self.model, row, want_entropy=False)
+        finally:
+            self.model.train(was_training)
+        return len(lengths)
+
+    @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:
         """One optimizer step over the global batch ``samples`` (every rank trains its share);
         returns metrics reduced over ranks."""

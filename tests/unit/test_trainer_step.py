@@ -115,6 +115,21 @@ def test_publication_dtype_and_checksum() -> None:
     assert tr.publication_checksum() == state_checksum(tr.model.state_dict())
 
 
+@pytest.mark.parametrize("rows", ["dynamic", "static"])
+def test_warm_up_runs_forwards_and_changes_nothing(rows: str) -> None:
+    """The start-up warm-up (the log-prob forward compiled before the first collection)
+    leaves weights, training mode and the log-probs of a later pass as they were."""
+    cfg = TrainerConfig(sequence_packing=True, packing_max_tokens=128, row_specialization=rows)
+    tr = Trainer(cfg)
+    batch = _batch(tr.loaded.tokenizer)
+    before, logp, mode = _params(tr), tr.compute_logprobs(batch), tr.model.training
+    assert tr.warm_up() == (2 if rows == "dynamic" else 1)
+    assert tr.model.training == mode
+    assert _max_diff(before, _params(tr)) == 0.0
+    for a, b in zip(logp, tr.compute_logprobs(batch), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_moe_train_step_on_cpu() -> None:
     tr = Trainer(TrainerConfig(model_source="builtin:tiny-moe", lr=1e-3, router_z_loss_coef=0.0))
     m = tr.train_step(_batch(tr.loaded.tokenizer, n_prompts=1))
