@@ -207,14 +207,14 @@ for s in "$@"; do
       --d-model 768 --hidden 384
     ;;
   bench-warm-base | bench-warm-trainer)
-    # as bench-warm without the round-six start-up changes (base: neither the trainer's
-    # warm-up nor the compile artifacts; trainer: the trainer's warm-up only)
+    # as bench-warm, without the trainer's warm-up (base) or with it (trainer); in round
+    # six RLC_COMPILE_ARTIFACTS switched torch's portable compile artifacts, since removed
     label=${s#bench-}
     root=/tmp/runs/dense-$label
     rm -rf "$root"
-    art=0; tw=0; [ "$label" = warm-trainer ] && tw=1
+    tw=0; [ "$label" = warm-trainer ] && tw=1
     stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache \
-      RLC_TRAINER_WARMUP=$tw RLC_COMPILE_ARTIFACTS=$art python3 -m rlc_cli.main \
+      RLC_TRAINER_WARMUP=$tw python3 -m rlc_cli.main \
       run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
       --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
       --set training.num_rollouts=3

@@ -9,7 +9,14 @@ a reference implementation elsewhere): one call over all experts, no padding to 
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+
+if hasattr(torch.nn.functional, "grouped_mm"):
+    # OLMo-core warns at each dropless MLP's construction that ``grouped_gemm`` is missing;
+    # with torch's grouped_mm serving those MLPs (``use_grouped_mm_experts``) it misleads
+    warnings.filterwarnings("ignore", message="Grouped GEMM not available", category=UserWarning)
 
 
 def grouped_expert_matmul(

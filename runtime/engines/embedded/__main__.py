@@ -203,14 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from aiohttp import web
 
-    from .compile_artifacts import load_compile_artifacts
     from .engine import Engine
     from .server import build_app
 
-    if args.device == "cuda":
-        loaded_bytes = load_compile_artifacts()
-        if loaded_bytes:
-            logging.getLogger(__name__).info("compile artifacts loaded: %d bytes", loaded_bytes)
     dtype = getattr(torch, args.dtype)
     loaded = load_source(
         args.model,

@@ -39,7 +39,6 @@ import torch
 
 from runtime.models.gdn_cpu import has_gated_delta_net
 
-from .compile_artifacts import save_compile_artifacts
 from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel, kv_pool_tokens
 from .radix import RadixCache, RadixNode
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
@@ -534,8 +533,6 @@ class Engine:
                     "graphs": graphs,
                     "seconds": round(time.perf_counter() - t0, 3),
                 }
-                if self.device.type == "cuda":
-                    op.result["compile_artifacts_bytes"] = save_compile_artifacts()
             except Exception as exc:
                 log.exception("decode graph warm-up failed")
                 op.result = {"success": False, "message": f"warm-up failed: {exc}"}
