@@ -157,14 +157,17 @@ for s in "$@"; do
       --label warm --timeout-s 130 --set "$cc"
     ;;
   # ---- round five: `rlc run --bench` (start-up breakdown, graphs captured up front) ----
-  bench-cold | bench-warm)
+  bench-cold | bench-warm | bench-warm-base | bench-warm-trainer)
     # `rlc run specs/examples/gpu-dense.toml --bench`; cold empties the init and compiler
-    # caches first, warm reuses what the cold run left; no router (one engine)
+    # caches first, warm reuses what the cold run left; no router (one engine).
+    # warm-base: without the trainer's start-up warm-up (round six; warm-trainer = warm)
     label=${s#bench-}
     [ "$label" = cold ] && rm -rf /tmp/rlc-startup-cache /tmp/rlc-cc
+    tw=1; [ "$label" = warm-base ] && tw=0
     root=/tmp/runs/dense-$label
     rm -rf "$root"
-    stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache python3 -m rlc_cli.main \
+    stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache \
+      RLC_TRAINER_WARMUP=$tw python3 -m rlc_cli.main \
       run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
       --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
       --set training.num_rollouts=3
@@ -205,23 +208,6 @@ for s in "$@"; do
   moe-mlp)  # the expert MLP alone, one packed row of smallmoe's shape
     stage moe-mlp 120 python3 benchmarks/gpu/moe_mlp.py --tokens 8192 --experts 32 --top-k 4 \
       --d-model 768 --hidden 384
-    ;;
-  bench-warm-base | bench-warm-trainer)
-    # as bench-warm, without the trainer's warm-up (base) or with it (trainer); in round
-    # six RLC_COMPILE_ARTIFACTS switched torch's portable compile artifacts, since removed
-    label=${s#bench-}
-    root=/tmp/runs/dense-$label
-    rm -rf "$root"
-    tw=0; [ "$label" = warm-trainer ] && tw=1
-    stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache \
-      RLC_TRAINER_WARMUP=$tw python3 -m rlc_cli.main \
-      run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
-      --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
-      --set training.num_rollouts=3
-    mkdir -p "$RES/bench/dense-$label"
-    cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/dense-$label/" 2>/dev/null
-    cp -r "$root/logs" "$RES/bench/dense-$label/" 2>/dev/null
-    tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh
