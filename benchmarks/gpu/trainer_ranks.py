@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -47,6 +48,37 @@ def compile_manifest(spec: Path, sets: list[str], out: Path) -> Path:
     return found[0]
 
 
+def profile_step(step: Any, top: int, sync: Any) -> dict[str, Any] | None:
+    """One step under torch.profiler: the ``top`` ops by self device time (CPU time on a
+    CPU run) printed as a table, and the same rows returned for the JSON line."""
+    if top <= 0:
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+        sync()
+    events = prof.key_averages()
+
+    def self_us(e: Any) -> float:
+        if cuda:
+            return float(getattr(e, "self_device_time_total", 0.0))
+        return float(e.self_cpu_time_total)
+
+    total = sum(self_us(e) for e in events) or 1.0
+    rows = sorted(events, key=self_us, reverse=True)[:top]
+    print(f"{'op':60} {'self ms':>9} {'share':>6} {'calls':>6}")
+    out = []
+    for e in rows:
+        ms = self_us(e) / 1000
+        print(f"{e.key[:60]:60} {ms:9.1f} {self_us(e) / total:6.1%} {e.count:6d}")
+        out.append({"op": e.key, "self_ms": round(ms, 2), "calls": e.count})
+    return {"clock": "device" if cuda else "cpu", "total_ms": round(total / 1000, 1), "top": out}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=1)
@@ -61,6 +93,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--kl", type=float, default=0.0, help="optimizer.kl_coef (reference model)")
     ap.add_argument("--cpu-processes", type=int, default=2, help="ranks with --gpus 0")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the timed steps, profile one more step and print its N costliest ops",
+    )
     args = ap.parse_args()
     if args.gpus == 0:  # the CPU check: tiny models, a batch a 2-core machine trains in seconds
         args.samples, args.prompt_len, args.response_len = 8, 16, 48
@@ -115,6 +154,7 @@ def main() -> int:
                 sync()
                 if i >= args.warmup:
                     times.append(time.perf_counter() - t)
+            profile = profile_step(lambda: trainer.train_step(samples), args.profile, sync)
         finally:
             trainer.close()
     step = statistics.median(times)
@@ -132,6 +172,7 @@ def main() -> int:
                 "tokens_per_s": round(tokens / step, 1),
                 "tokens_per_s_per_rank": round(tokens / step / world, 1),
                 "startup_s": round(startup_s, 1),
+                **({"profile": profile} if profile else {}),
             }
         )
     )
