@@ -34,7 +34,7 @@ _EXECUTOR_SERVICE = "runtime:runtime.executor.settings:ExecutorSettings.service_
 _BEAKER = "beaker:compiler.emit.beaker:_common"
 _RENDER = "beaker:compiler.emit.beaker:render_beaker"
 _EVAL_JOB = "beaker:compiler.emit.beaker:render_beaker"
-_ENV = "runtime:runtime.rollout.environment:Environment.from_config"
+_ENV = "runtime:runtime.rollout.environment:Environment.from_contract"
 
 CONSUMERS: dict[str, tuple[str, ...]] = {
     # top level

@@ -11,7 +11,6 @@ engine's prefix cache reuses it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,33 +62,19 @@ class Environment:
 
     @classmethod
     def from_contract(cls, env: EnvironmentSection) -> Environment:
-        """The run's environment: every field from the contract's section."""
-        fields = {**env.model_dump(), "tools": tuple(env.tools)}
-        return cls(**fields)
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> Environment:
-        """From the manifest's ``config`` (its ``environment`` table; missing: single-turn)."""
-        raw = dict(config.get("environment") or {})
-        kw: dict[str, Any] = {}
-        for key in (
-            "call_open",
-            "call_close",
-            "result_template",
-            "stop",
-            "final_answer_pattern",
-        ):
-            if raw.get(key) is not None:
-                kw[key] = str(raw[key])
-        if raw.get("max_turns") is not None:
-            kw["max_turns"] = int(raw["max_turns"])
-        if raw.get("tools") is not None:
-            kw["tools"] = tuple(str(t) for t in raw["tools"])
-        if raw.get("max_tool_output_chars") is not None:
-            kw["max_tool_output_chars"] = int(raw["max_tool_output_chars"])
-        if raw.get("tool_timeout_s") is not None:
-            kw["tool_timeout_s"] = float(raw["tool_timeout_s"])
-        return cls(**kw)
+        """The run's environment, each field read from the contract's section (a missing
+        ``[environment]`` is the single-turn default section)."""
+        return cls(
+            max_turns=env.max_turns,
+            tools=tuple(env.tools),
+            call_open=env.call_open,
+            call_close=env.call_close,
+            result_template=env.result_template,
+            stop=env.stop,
+            final_answer_pattern=env.final_answer_pattern,
+            max_tool_output_chars=env.max_tool_output_chars,
+            tool_timeout_s=env.tool_timeout_s,
+        )
 
     @property
     def multi_turn(self) -> bool:

@@ -10,8 +10,8 @@ The typed settings are the whole resolved spec, so a perturbed value always chan
 a setting counts only if a real run READ it: the quickstart runs once per test run with
 ``RLC_RECORD_READS`` (tests/unit/recorded_reads.py), which records every spec field any of
 its processes reads. Of the 243 fields, 169 have a runtime reader in the consumer
-registry; 52 of those are read only where no CPU run goes (async rollouts, distillation,
-tool use, Beaker evaluation, judges, other tasks' loaders, ahead-of-time preparation) and
+registry; 44 of those are read only where no CPU run goes (async rollouts, distillation,
+Beaker evaluation, judges, other tasks' loaders, ahead-of-time preparation) and
 count on the registry's word: each is listed in ``NOT_RECORDED`` with its reason.
 `test_every_runtime_reader_the_quickstart_reaches_was_seen_reading` fails on a claimed
 reader the recorded run never saw read.
@@ -380,7 +380,6 @@ _ASYNC = "read only with async.enabled; the recorded quickstart is synchronous (
 _DISTILL = (
     "read only by training.algorithm = 'opd', which needs a teacher server (tests/e2e/test_opd.py)"
 )
-_TOOLS = "read by multi-turn tool use; the quickstart has no tools (tests/e2e/test_tool_use.py)"
 _BACKGROUND = (
     "background evaluation submits Beaker jobs, which no CPU run does (tests/unit/test_evaluate.py)"
 )
@@ -393,7 +392,6 @@ NOT_RECORDED: dict[str, str] = {
     **{f"async.{k}": _ASYNC for k in ("max_policy_lag", "off_policy_correction", "producer_budget", "publication_mode", "unused_sample_handler")},
     **{f"distillation.{k}": _DISTILL for k in ("coef", "loss", "reward_weight")},
     **{f"teacher.{k}": _DISTILL for k in ("max_running_requests", "source")},
-    **{f"environment.{k}": _TOOLS for k in ("call_close", "call_open", "final_answer_pattern", "max_tool_output_chars", "max_turns", "result_template", "stop", "tool_timeout_s")},
     **{f"evaluation.{k}": _BACKGROUND for k in ("initial", "interval", "server_args", "submit_timeout", "workspace", "tasks.[].generation", "tasks.[].interval", "tasks.[].scoring", "tasks.[].task")},
     "name": _BACKGROUND,
     "model.format": "read by the preparation step that converts an HF checkpoint; a builtin model needs none (tests/unit/test_model_source.py)",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from contract.spec.environment import EnvironmentSection
 from runtime.executor.settings import ExecutorSettings
 from runtime.models.tokenizer import build_tools_tokenizer
 from runtime.rollout.collect import Collector, CollectSettings, tool_summary
@@ -183,16 +184,11 @@ def test_mismatch_skips_tool_output() -> None:
 
 
 def test_environment_from_the_manifest() -> None:
-    assert not Environment.from_config({}).multi_turn
-    env = Environment.from_config(
-        {
-            "environment": {
-                "max_turns": 3,
-                "tools": ["python"],
-                "call_open": "<tool:{tool}>",
-                "call_close": "</tool>",
-            }
-        }
+    assert not Environment.from_contract(EnvironmentSection()).multi_turn
+    env = Environment.from_contract(
+        EnvironmentSection(
+            max_turns=3, tools=["python"], call_open="<tool:{tool}>", call_close="</tool>"
+        )
     )
     assert env.multi_turn and env.stop_strings() == ["</tool>"]
     call = env.find_call("think <tool:python>print(1)</tool>\n")
@@ -214,7 +210,7 @@ def test_environment_from_the_manifest() -> None:
         {"max_turns": 0},
     ):
         with pytest.raises(ValueError):
-            Environment.from_config({"environment": bad})
+            Environment.from_contract(EnvironmentSection.model_validate(bad))
 
 
 def test_turn_seeds_are_stable() -> None:

@@ -1025,6 +1025,41 @@ CASES: list[tuple[str, str, str]] = [
         + '[inference]\nengine = "sglang"\ngpus = 1\nradix_cache = true\n',
     ),
     (
+        "single-turn-call-open",
+        '[environment]\ncall_open = "<call>"  # <-\n',
+        "[environment]\n",
+    ),
+    (
+        "single-turn-call-close",
+        '[environment]\ncall_close = "</call>"  # <-\n',
+        "[environment]\n",
+    ),
+    (
+        "single-turn-result-template",
+        '[environment]\nresult_template = "<out>{output}</out>"  # <-\n',
+        "[environment]\n",
+    ),
+    (
+        "single-turn-stop",
+        '[environment]\nstop = "final_answer"  # <-\nfinal_answer_pattern = "ANSWER"\n',
+        "[environment]\n",
+    ),
+    (
+        "single-turn-final-answer-pattern",
+        '[environment]\nfinal_answer_pattern = "ANSWER"  # <-\n',
+        "[environment]\n",
+    ),
+    (
+        "single-turn-max-tool-output-chars",
+        "[environment]\nmax_tool_output_chars = 100  # <-\n",
+        "[environment]\n",
+    ),
+    (
+        "single-turn-tool-timeout-s",
+        "[environment]\ntool_timeout_s = 2.0  # <-\n",
+        "[environment]\n",
+    ),
+    (
         "environment-single-turn-eval",
         TASKS_EVAL + TOOLS + "[training]\neval_interval = 5  # <-\n",
         TASKS_EVAL + "[training]\neval_interval = 5\n",
