@@ -499,6 +499,11 @@ class TaskEntryView(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(type(self._entry).model_fields)
 
+    def record(self) -> dict[str, Any]:
+        """The whole entry as plain values, for the prepared data's own manifest (which
+        keeps every setting the data was prepared with)."""
+        return {**self._entry.model_dump(), "prompt_wrapper": self["prompt_wrapper"]}
+
 
 def task_entries(data: DataSection) -> list[Mapping[str, Any]]:
     """The ``[data] tasks`` entries as the loaders take them, each with its prompt wrapper
