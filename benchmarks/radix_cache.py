@@ -166,7 +166,7 @@ def main() -> None:
         f"prefill {copy['prefill_ms']:.2f} ms"
     )
     result = {
-        "args": vars(args),
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
         "copy_vs_prefill": copy,
         "machine": {"platform": platform.platform(), "torch": torch.__version__},
         "rows": [{k: v for k, v in r.items() if k != "tokens"} for r in rows],
