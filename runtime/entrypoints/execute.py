@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.manifest import ManifestError
-from runtime.node.health import healthy as _healthy
 from runtime.node.launch_argv import SubstitutionError, engine_process, router_process
 
 if TYPE_CHECKING:
@@ -136,19 +135,15 @@ class NodeRunner:
         cfg = self.cfg
         mine = [e for e in self.engines if e.node == self.ident.rank]
         manifest = str(cfg.manifest_path or "")
+        servers = []
         for e in mine:
             try:
                 argv, env = engine_process(cfg, e, manifest=manifest)
             except SubstitutionError as exc:
                 raise RunFailure(str(exc)) from None
-            self.sup.start(f"engine:{e.id}", argv, env=env)
+            servers.append((f"engine:{e.id}", argv, env, e.port))
+        self.sup.start_servers(servers, cfg.runtime.health_timeout_s, cfg.runtime.startup_timeout_s)
         for e in mine:
-            url = f"http://127.0.0.1:{e.port}"
-            self.sup.wait_ready(
-                f"engine:{e.id}",
-                lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
-                cfg.runtime.startup_timeout_s,
-            )
             self.registry.register(f"engine:{e.id}", self._url(e.port))
 
     def _register_judges(self) -> None:

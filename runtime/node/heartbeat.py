@@ -58,15 +58,16 @@ class MemoryStore:
             return all(k in self.data for k in keys)
 
 
-def store_client(leader: str, port: int, timeout_s: float) -> BeatStore:
-    """Its own connection to the leader's store (the node's main thread keeps the other);
-    every call gives up after ``timeout_s``, so a hung leader is noticed in time."""
+def store_client(leader: str, port: int, timeout_s: float, is_master: bool = False) -> BeatStore:
+    """A connection to the leader's c10d store (``is_master``: host it); every call gives
+    up after ``timeout_s``, so a hung leader is noticed in time. The heartbeat thread keeps
+    its own connection beside the registry's."""
     from torch.distributed import TCPStore
 
     return TCPStore(  # type: ignore[no-any-return]
         leader,
         port,
-        is_master=False,
+        is_master=is_master,
         wait_for_workers=False,
         timeout=timedelta(seconds=timeout_s),
         use_libuv=True,

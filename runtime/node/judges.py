@@ -52,21 +52,11 @@ def planned_judges(spec: Spec, placement: Placement) -> list[ManagedJudge]:
 
 def start_managed_judges(runner: Node) -> list[str]:
     """Start this node's managed judges and wait until each answers ``/health``."""
-    from runtime.node.health import healthy as _healthy
     from runtime.node.launch_argv import judge_process
 
     cfg = runner.cfg
     mine = [j for j in planned_judges(cfg.spec, cfg.placement) if j.node == runner.ident.rank]
-    started = [(j, *judge_process(cfg, j.name, j.port)) for j in mine]  # all checked first
-    urls = []
-    for j, argv, env in started:
-        runner.sup.start(f"judge:{j.name}", argv, env=env)
-    for j in mine:
-        url = f"http://127.0.0.1:{j.port}"
-        runner.sup.wait_ready(
-            f"judge:{j.name}",
-            lambda url=url: _healthy(url, cfg.runtime.health_timeout_s),
-            cfg.runtime.startup_timeout_s,
-        )
-        urls.append(url)
-    return urls
+    servers = [(f"judge:{j.name}", *judge_process(cfg, j.name, j.port), j.port) for j in mine]
+    return runner.sup.start_servers(
+        servers, cfg.runtime.health_timeout_s, cfg.runtime.startup_timeout_s
+    )

@@ -28,19 +28,12 @@ class Registry:
     def __init__(
         self, leader: str, port: int, *, node: int, is_leader: bool, timeout_s: float
     ) -> None:
-        from torch.distributed import TCPStore
+        from runtime.node.heartbeat import store_client
 
         self.node = node
         self.timeout_s = timeout_s
         try:
-            self.store = TCPStore(
-                leader,
-                port,
-                is_master=is_leader,
-                wait_for_workers=False,
-                timeout=timedelta(seconds=timeout_s),
-                use_libuv=True,
-            )
+            self.store = store_client(leader, port, timeout_s, is_master=is_leader)
         except Exception as exc:  # connection refused / timeout: one line with the cause
             what = "host" if is_leader else "reach"
             raise RegistryError(

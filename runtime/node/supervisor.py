@@ -125,6 +125,25 @@ class Supervisor:
         for c in self.dead():
             raise ChildDied(c.name, c.proc.returncode, c.log_path)
 
+    def start_servers(
+        self,
+        servers: Sequence[tuple[str, Sequence[str], Mapping[str, str], int]],
+        health_timeout_s: float,
+        startup_timeout_s: float,
+    ) -> list[str]:
+        """Start every ``(name, argv, env, port)`` HTTP server, then wait until each answers
+        ``/health`` on loopback (they start in parallel); returns their loopback URLs."""
+        from runtime.node.health import healthy
+
+        for name, argv, env, _ in servers:
+            self.start(name, argv, env=env)
+        urls = []
+        for name, _, _, port in servers:
+            url = f"http://127.0.0.1:{port}"
+            self.wait_ready(name, lambda url=url: healthy(url, health_timeout_s), startup_timeout_s)
+            urls.append(url)
+        return urls
+
     def wait_ready(
         self,
         name: str,

@@ -43,19 +43,15 @@ def start_teacher(runner: Node) -> str | None:
     """Start this node's teacher (if the plan put one here), wait for ``/health``, register
     it; returns its URL (None when the run has no teacher on this node)."""
     from runtime.engines.process import free_port
-    from runtime.node.health import healthy
 
     cfg = runner.cfg
     teacher = cfg.teacher
     if teacher is None or teacher.node != runner.ident.rank:
         return None
     port = free_port("127.0.0.1")
-    runner.sup.start("teacher", teacher_command(teacher, port), env=teacher_env(teacher))
-    url = f"http://127.0.0.1:{port}"
-    runner.sup.wait_ready(
-        "teacher",
-        lambda: healthy(url, cfg.runtime.health_timeout_s),
-        cfg.runtime.startup_timeout_s,
+    server = ("teacher", teacher_command(teacher, port), teacher_env(teacher), port)
+    (url,) = runner.sup.start_servers(
+        [server], cfg.runtime.health_timeout_s, cfg.runtime.startup_timeout_s
     )
     return url
 

@@ -755,7 +755,12 @@ def _warm_decode_graphs(
     sampling = [_sampling_params(cfg, tokenizer)]
     if cfg.evaluation.mode == "shared":  # held-out prompts go to the same engines
         sampling.append({"temperature": cfg.evaluation.temperature})
-    warm_trainer = trainer is not None and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
+    # the trainer compiles its attention on GPUs only: a CPU trainer has nothing to warm
+    warm_trainer = (
+        trainer is not None
+        and cfg.trainer.gpus > 0
+        and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
+    )
     with ThreadPoolExecutor(max_workers=1) as pool:
         engines = pool.submit(
             warm_up_engines,
