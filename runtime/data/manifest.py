@@ -25,7 +25,7 @@ from contract.spec.root import Spec
 from contract.tasks import verifier_settings
 from runtime.data.records import Prompt
 from runtime.data.render import LengthReport, check_prompt_lengths
-from runtime.data.tasks import TaskEntryView, load_tasks, task_entries
+from runtime.data.tasks import load_tasks, task_entries
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "data-manifest.json"
@@ -163,7 +163,7 @@ def prepare_data(
     for entry, part in zip(entries, parts, strict=True):
         task_rows.append(
             {
-                "entry": entry.record() if isinstance(entry, TaskEntryView) else dict(entry),
+                "entry": entry.record(),
                 "task": part.task,
                 "train_records": len(part.train),
                 "eval_records": len(part.eval),

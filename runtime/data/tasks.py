@@ -505,7 +505,7 @@ class TaskEntryView(Mapping[str, Any]):
         return {**self._entry.model_dump(), "prompt_wrapper": self["prompt_wrapper"]}
 
 
-def task_entries(data: DataSection) -> list[Mapping[str, Any]]:
+def task_entries(data: DataSection) -> list[TaskEntryView]:
     """The ``[data] tasks`` entries as the loaders take them, each with its prompt wrapper
     (the compiler fills it from ``data.prompt_wrapper``; a hand-built section may not)."""
     return [TaskEntryView(t, data) for t in data.tasks or []]
