@@ -78,6 +78,7 @@ class GRPOSide:
             lr=1e-6,
             packing_max_tokens=args.packing_max_tokens,
             activation_recompute=args.recompute,
+            compile_model=args.compile_blocks,
             attention_backend=args.attention_backend,
         )
         self.trainer = Trainer(cfg)
@@ -102,6 +103,8 @@ class RawSide:
             from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
 
             self.model.apply_activation_checkpointing(TransformerActivationCheckpointingMode.full)
+        if args.compile_blocks:
+            self.model.apply_compile()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=1e-6, betas=(0.9, 0.95), foreach=self.device.type == "cuda"
         )
@@ -198,6 +201,11 @@ def main() -> None:
     ap.add_argument("--response-len", type=int, default=64)
     ap.add_argument("--packing-max-tokens", type=int, default=512)
     ap.add_argument("--recompute", action="store_true")
+    ap.add_argument(
+        "--compile-blocks",
+        action="store_true",
+        help="torch.compile each block and the LM head (OLMo-core's apply_compile), both sides",
+    )
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
@@ -241,6 +249,7 @@ def main() -> None:
         "response_len": args.response_len,
         "packing_max_tokens": args.packing_max_tokens,
         "recompute": args.recompute,
+        "compile_blocks": args.compile_blocks,
         "steps": args.steps,
         "raw": raw,
         "grpo": grpo,

@@ -247,7 +247,7 @@ def bench_engine(
             loaded, eng.im, batch, args.prompt_len, args.new_tokens, args.bandwidth
         )
         graphs = len(getattr(eng.im, "_graphs", {}) or {})
-        compiled = eng.im._compiled is not None
+        compiled = eng.im.compiled
         capture_s = float(getattr(eng.im, "capture_s", 0.0))
     finally:
         eng.stop()

@@ -81,11 +81,11 @@ def check_exact(eng: Any, prompts: list[list[int]]) -> dict[str, Any]:
     im.prefill_batch(prompts, list(range(b)))
     tok = torch.tensor([p[-1] for p in prompts], device="cuda")
     pos = torch.tensor([len(p) for p in prompts], device="cuda")
-    compiled, im._compiled = im._compiled, None
+    regions, im._regions = im._regions, {}
     im.dense_moe = False
     ref_logits, ref_ex = im._decode_impl(tok, pos, int(pos.max()) + 1)
     im.dense_moe = True
-    im._compiled = compiled
+    im._regions = regions
     logits, ex = im.decode_step(tok, pos, kv_len=int(pos.max()) + 1)
     out = {
         "first_layer_equal": bool(torch.equal(ex[:, 0], ref_ex[:, 0])),

@@ -8,12 +8,12 @@
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
-# e2e5-256 e2e5-1024 moe-update moe-mlp
+# e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled decode7
 # bench-warm-base bench-warm-trainer (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
-RES=benchmarks/results/gpu
+RES=${RES:-benchmarks/results/gpu}
 mkdir -p "$OUT" "$RES"
 LOG=$OUT/log.txt
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -208,6 +208,20 @@ for s in "$@"; do
   moe-mlp)  # the expert MLP alone, one packed row of smallmoe's shape
     stage moe-mlp 120 python3 benchmarks/gpu/moe_mlp.py --tokens 8192 --experts 32 --top-k 4 \
       --d-model 768 --hidden 384
+    ;;
+  # ---- round seven: the trainer's blocks compiled; decode compiled by region ----
+  trainer-compiled)
+    # the trainer-flex step with every block and the LM head under torch.compile (both sides)
+    stage trainer-compiled 320 python3 benchmarks/trainer_step.py --device cuda --model "$M1B" \
+      --samples 32 --prompt-len 512 --response-len 1536 --packing-max-tokens 8192 --steps 3 \
+      --warmup 2 --compile-blocks --out "$RES/trainer_step-olmo3-1b-cuda-compiled.json"
+    ;;
+  decode7)
+    # the default engine (graphs of the region-compiled step) against transformers' compiled
+    # static cache, same weights, one process
+    stage decode7 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 2 --variants graph,compile,fused --hf static \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh

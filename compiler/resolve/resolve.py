@@ -390,6 +390,12 @@ class _Resolver:
             "'flex' on GPU, 'sdpa' on CPU",
             ("trainer.gpus",),
         )
+        self.derive(
+            "trainer.compile_model",
+            gpu and arch == "dense" and not tr["activation_recompute"],
+            "true on GPU for dense models without activation_recompute (measured), false otherwise",
+            ("trainer.gpus", "model.architecture", "trainer.activation_recompute"),
+        )
 
         on = asy["enabled"]
         self.derive(
@@ -508,6 +514,13 @@ class _Resolver:
                 ("trainer.sequence_packing", "inference.max_context_length"),
             )
         steps = opt["steps_per_collection"]
+        self.derive(
+            "optimizer.scoring_check_tolerance",
+            0.05 if tr["compile_model"] else 1e-3,
+            "0.05 with trainer.compile_model (two compiled programs round bf16 differently), "
+            "else 0.001",
+            ("trainer.compile_model",),
+        )
         self.derive(
             "optimizer.scoring_pass",
             bool(steps != 1 or opt["kl_coef"] > 0),

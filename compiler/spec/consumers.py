@@ -168,6 +168,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "trainer.packing_max_tokens": (_TRAINER,),
     "trainer.row_specialization": ("runtime:runtime.trainer.trainer:Trainer.static_row_tokens",),
     "trainer.fp32_lm_head": (_TRAINER,),
+    "trainer.compile_model": (_TRAINER,),
     "trainer.router_aux_loss_coef": (_TRAINER,),
     "trainer.router_z_loss_coef": (_TRAINER,),
     "trainer.router_aux_loss_reduction": (_TRAINER,),

@@ -55,6 +55,13 @@ class OptimizerSection(Section):
     scoring_check_interval: int = fld(
         50, description="updates between checks of the skipped scoring pass", ge=0
     )
-    scoring_check_tolerance: float = fld(
-        1e-3, description="allowed logprob gap for the scoring-pass check", ge=0.0
+    scoring_check_tolerance: float | None = fld(
+        None,
+        description="allowed logprob gap for the scoring-pass check",
+        note="eager kernels give the training forward and the scoring pass the same bits; "
+        "a compiled trainer runs two differently fused programs (with and without autograd) "
+        "whose bf16 roundings differ: 0.024 largest gap over a 65k-token collection of the "
+        "1B on one NVIDIA H200. Dropout moves it far more",
+        derived="0.05 with trainer.compile_model, else 0.001",
+        ge=0.0,
     )

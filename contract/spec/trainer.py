@@ -72,6 +72,14 @@ class TrainerSection(Section):
         "packing_max_tokens (or the context without packing), one shape for every step",
     )
     fp32_lm_head: bool = fld(False, description="compute the LM head in float32")
+    compile_model: bool | None = fld(
+        None,
+        description="torch.compile each transformer block and the LM head (OLMo-core's "
+        "apply_compile: one trace serves every block)",
+        note="on one NVIDIA H200 the 1B GRPO update ran 1.48x faster (MFU 29% -> 43%); the "
+        "compile runs in the start-up warm-up, beside the engines' graph capture",
+        derived="true on GPU for dense models without activation_recompute, false otherwise",
+    )
     router_aux_loss_coef: float = fld(
         0.0,
         description="MoE load-balancing loss weight (over the whole global batch: expert counts "

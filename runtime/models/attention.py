@@ -125,12 +125,19 @@ def _flex_attention(device: torch.device) -> Callable[..., Any]:
 
     key = device.type
     if key not in _FLEX:
+        if key == "cuda":
+            from runtime.compile_limits import raise_recompile_limits
+
+            # grad mode x window sizes x static/dynamic rows, for the policy and the
+            # reference: past dynamo's default 8 the kernel would silently run unfused
+            raise_recompile_limits(64)
         _FLEX[key] = (
             torch.compile(flex_attention, dynamic=None) if key == "cuda" else flex_attention
         )
     return _FLEX[key]
 
 
+@torch.compiler.disable
 def flex_block_mask(
     cu_doc_lens: torch.Tensor | None,
     batch: int,

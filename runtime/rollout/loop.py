@@ -226,7 +226,8 @@ class GRPOLoop:
             out.append(dict(self.trainer.train_step(samples[i : i + per]) or {}))
         merged = _merge_train_metrics(out)
         if check:
-            self._check_scoring_skip(merged, opt.scoring_check_tolerance)
+            tolerance = required(opt.scoring_check_tolerance, "optimizer.scoring_check_tolerance")
+            self._check_scoring_skip(merged, tolerance)
         if mm is None:
             mm = merged.get("train/logprob_abs_diff")
             self._limit_mismatch(mm)

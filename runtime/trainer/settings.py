@@ -67,6 +67,7 @@ class TrainerConfig:
     sequence_packing: bool = True
     packing_max_tokens: int | None = None
     activation_recompute: bool = False
+    compile_model: bool = False  # torch.compile each block and the LM head (OLMo-core's own)
     bf16_autocast: bool | None = None  # None: on for CUDA, off for CPU
     router_aux_loss_coef: float | None = None  # None keeps the model config's value
     router_z_loss_coef: float | None = None
@@ -143,6 +144,7 @@ def contract_settings(run: RunContract) -> dict[str, Any]:
         hf_template=model.hf_template,
         chat_template=model.chat_template,
         fp32_lm_head=trainer.fp32_lm_head,
+        compile_model=required(trainer.compile_model, "trainer.compile_model"),
         row_specialization=trainer.row_specialization,
         world_size=run.plan.placement.trainer.world_size,
         nodes=trainer.nodes,

@@ -205,6 +205,14 @@ class Trainer:
                     _fp32_lm_head(m)
         if cfg.activation_recompute:
             self._apply_activation_recompute()
+        if cfg.compile_model:  # after activation checkpointing, before FSDP (OLMo-core's order)
+            from runtime.compile_limits import raise_recompile_limits
+
+            # window sizes x grad modes x row shapes (x the reference model's variants)
+            raise_recompile_limits(64)
+            for m in (self.model, self.ref_model):
+                if m is not None:
+                    m.apply_compile()
         self.model.to(self.device)
         autocast = (
             cfg.bf16_autocast if cfg.bf16_autocast is not None else self.device.type == "cuda"
@@ -481,24 +489,38 @@ class Trainer:
         return full
 
     @collective
-    @torch.no_grad()
     def warm_up(self) -> int:
-        """Run the log-prob forward on filler rows, so that its compile (FlexAttention under
-        dynamo) happens before the first collection (the run does it while the engines
-        capture their decode graphs). Static rows: their one length; dynamic rows: two
-        lengths, the second compiling the shape-dynamic graph later lengths reuse. Returns
-        how many rows ran."""
+        """Run the log-prob forward, then a training forward and backward, on filler rows,
+        so that their compiles (FlexAttention's forward, and its backward under AOTAutograd)
+        happen before the first collection (the run does it while the engines capture their
+        decode graphs). Static rows: their one length; dynamic rows: two lengths, the second
+        compiling the shape-dynamic graphs later lengths reuse. The backward's gradients are
+        all zero and are dropped, buffers and the RNG are put back, the optimizer never
+        steps: the first update starts from exactly the state it had. Returns how many rows
+        ran."""
         static = self.static_row_tokens()
         lengths = [static] if static else [64, 96]
+        rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
         self.model.eval()
         try:
-            for n in lengths:
-                row = pad_row(_filler_rows()[0], n)
-                self._forward_selected(self.model, row, want_entropy=False)
+            with torch.no_grad():
+                for row in rows:
+                    self._forward_selected(self.model, row, want_entropy=False)
         finally:
             self.model.train(was_training)
-        return len(lengths)
+        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            for row in rows:
+                logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
+                loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
+                loss.backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, b in self.model.named_buffers():
+                b.copy_(buffers[name])
+        return len(rows)
 
     @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:

@@ -230,7 +230,8 @@ class InferenceModel:
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
         self._rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._compiled: Any = None
+        # compiled regions of the decode step (``enable_compile``): "layer", "logits", "sample"
+        self._regions: dict[str, Any] = {}
         self.graph_batch_sizes: list[int] = []
         self.graph_kv_step = 0
         self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, Any]] = {}
@@ -239,7 +240,6 @@ class InferenceModel:
         self._states: dict[int, StepState] = {}
         self._live: tuple[int, int] | None = None  # (state rows, live rows)
         self._step_graphs: dict[tuple[int, int, str], tuple[Any, Any]] = {}
-        self._compiled_step: Any = None
         self.dense_moe = False  # all-experts MoE decode (static shapes: capturable, compilable)
         self.capture_s = 0.0  # time spent compiling + capturing decode graphs
         self.k_cache: list[torch.Tensor] = []
@@ -261,7 +261,7 @@ class InferenceModel:
 
     @property
     def compiled(self) -> bool:
-        return self._compiled is not None
+        return bool(self._regions)
 
     def graph_keys(self) -> list[tuple[int, int]]:
         return sorted(self._graphs)
@@ -292,9 +292,25 @@ class InferenceModel:
             out = torch.cat([out, rest], dim=-1)
         return out.to(t.dtype)
 
+    def _rope_rows(
+        self, layer: _Layer, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The layer's RoPE sin/cos rows at ``positions`` (``(B, T)`` -> ``(B, T, 1, R)``,
+        float32), or None without RoPE."""
+        if layer.rope is None:
+            return None
+        sin, cos = self._rope(layer)
+        return sin[positions].unsqueeze(2), cos[positions].unsqueeze(2)
+
     def _qkv(
-        self, layer: _Layer, x: torch.Tensor, positions: torch.Tensor
+        self,
+        layer: _Layer,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Projected, normed, rotated ``q, k, v`` as ``(B, T, H, D)``; ``rope_rows`` (from
+        ``_rope_rows``) saves the table lookup when the caller already has them."""
         attn = layer.attn
         bsz, t, _ = x.shape
         q, k, v = attn.w_q(x), attn.w_k(x), attn.w_v(x)
@@ -315,9 +331,7 @@ class InferenceModel:
             if attn.k_norm is not None:
                 k = attn.k_norm(k)
         if layer.rope is not None:
-            sin, cos = self._rope(layer)
-            s = sin[positions].unsqueeze(2)
-            c = cos[positions].unsqueeze(2)
+            s, c = rope_rows if rope_rows is not None else self._rope_rows(layer, positions)  # type: ignore[misc]
             if layer.rope.full_precision:
                 q, k = self._rotate(q, s, c), self._rotate(k, s, c)
             else:
@@ -597,59 +611,111 @@ class InferenceModel:
         device sync); CUDA-graph capture passes its bucket length so shapes stay static.
         """
         length = int(positions.max().item()) + 1 if kv_len is None else kv_len
-        compiled = self._compiled
-        if compiled is not None:
-            # static shapes per compile: bucket the attended length (extra keys are masked)
+        if self.compiled:
+            # few distinct shapes per compile: bucket the attended length (extra keys are masked)
             length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
-            try:
-                return compiled(tokens, positions, length)
-            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
-                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
-                self._compiled = None
         return self._decode_impl(tokens, positions, length)
 
     def _decode_impl(
         self, tokens: torch.Tensor, positions: torch.Tensor, length: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        bsz = tokens.shape[0]
-        rows = torch.arange(bsz, device=self.device)
-        pos2 = positions.view(bsz, 1)
-        j = torch.arange(length, device=self.device).view(1, -1)
-        dist = pos2 - j  # (B, L)
-        masks: dict[int | None, torch.Tensor] = {}
+        h, experts = self._decode_hidden(tokens, positions, length)
+        return self._regional("logits", self._logits_tail, h), experts
 
-        def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
-            if layer.gdn:
-                assert self.recurrent is not None
-                return self.recurrent.decode(layer.index, inp)
-            q, k, v = self._qkv(layer, inp, pos2)
-            li = layer.index
-            kc, vc = self.k_cache[li], self.v_cache[li]
-            kc[rows, :, positions] = k[:, 0]
-            vc[rows, :, positions] = v[:, 0]
+    def _decode_hidden(
+        self, tokens: torch.Tensor, positions: torch.Tensor, length: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The blocks of one decode step: the last hidden state ``(B, 1, d)`` and the routed
+        experts ``(B, L, k)`` (MoE). Each block runs through ``_decode_layer``, compiled once
+        for every layer of the same shape (``enable_compile``); masks and RoPE rows are built
+        here, once per step, and handed in as tensors."""
+        bsz = tokens.shape[0]
+        pos2 = positions.view(bsz, 1)
+        dist = pos2 - torch.arange(length, device=self.device).view(1, -1)  # (B, L)
+        masks: dict[int | None, torch.Tensor] = {}
+        ropes: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}
+        routed: list[torch.Tensor] = []
+        h = self._embed(tokens.view(bsz, 1))
+        dynamic = self.compiled and bsz > 1
+        if dynamic:
+            from torch import _dynamo
+        for layer in self.layers:
             w = layer.window
             if w not in masks:
                 m = dist >= 0
                 if w is not None:
                     m = m & (dist < w)
                 masks[w] = m.view(bsz, 1, 1, length)
+            key = id(layer.rope)
+            if key not in ropes:
+                ropes[key] = self._rope_rows(layer, pos2)
+            args = (h, self.k_cache[layer.index], self.v_cache[layer.index], positions)
+            if dynamic:  # one shape-dynamic compile serves every batch and length bucket
+                for t in (h, positions, masks[w], *(ropes[key] or ())):
+                    _dynamo.maybe_mark_dynamic(t, 0)
+                _dynamo.maybe_mark_dynamic(masks[w], 3)
+            h, ex = self._regional("layer", self._decode_layer, layer, *args, ropes[key], masks[w])
+            if ex is not None:
+                routed.append(ex)
+        experts = torch.stack(routed, dim=1) if routed else None  # (B, L, k)
+        if dynamic:
+            _dynamo.maybe_mark_dynamic(h, 0)
+        return h, experts
+
+    def _decode_layer(
+        self,
+        layer: _Layer,
+        x: torch.Tensor,
+        kc: torch.Tensor,
+        vc: torch.Tensor,
+        positions: torch.Tensor,
+        rope_rows: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One block of a decode step over its own cache rows ``kc``/``vc``. Everything that
+        differs between layers comes in as a tensor, so the compiled block is traced once
+        and reused by every layer wired the same way (regional compilation: a fraction of
+        the whole step's trace and compile time, the same kernels)."""
+        bsz = x.shape[0]
+        length = mask.shape[-1]
+        routed: list[torch.Tensor] = []
+
+        def attend(lay: _Layer, inp: torch.Tensor) -> torch.Tensor:
+            if lay.gdn:
+                assert self.recurrent is not None
+                return self.recurrent.decode(lay.index, inp)
+            q, k, v = self._qkv(lay, inp, positions.view(bsz, 1), rope_rows)
+            rows = torch.arange(bsz, device=inp.device)
+            kc[rows, :, positions] = k[:, 0]
+            vc[rows, :, positions] = v[:, 0]
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 kc[:bsz, :, :length],
                 vc[:bsz, :, :length],
-                attn_mask=masks[w],
-                scale=layer.scale,
-                enable_gqa=layer.gqa,
+                attn_mask=mask,
+                scale=lay.scale,
+                enable_gqa=lay.gqa,
             )
-            return self._attn_out(layer, inp, att)
+            return self._attn_out(lay, inp, att)
 
-        routed: list[torch.Tensor] = []
-        h = self._embed(tokens.view(bsz, 1))
-        for layer in self.layers:
-            h = self._block(layer, h, attend, routed)
-        logits = self._head(h)[:, 0]
-        experts = torch.stack(routed, dim=1) if routed else None  # (B, L, k)
-        return logits, experts
+        h = self._block(layer, x, attend, routed)
+        return h, (routed[0] if routed else None)
+
+    def _logits_tail(self, h: torch.Tensor) -> torch.Tensor:
+        return self._head(h)[:, 0]
+
+    def _regional(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` through its compiled region when compiling is on. Dynamo and
+        Inductor fail before a region runs, so on any failure the region reruns eagerly
+        (its cache writes happen once) and the engine stays eager from then on."""
+        compiled = self._regions.get(name)
+        if compiled is not None:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
+                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
+                self._regions.clear()
+        return fn(*args)
 
     # ---- CUDA graphs (optional, dense models on GPU) -----------------------------------------
 
@@ -774,20 +840,22 @@ class InferenceModel:
                 return logits[:bsz].clone(), None if experts is None else experts[:bsz].clone()
         return self.decode(tokens, positions, kv_len=kv_len)
 
-    def enable_compile(self, mode: str | None = None) -> None:
-        """Run ``decode`` through ``torch.compile`` (fuses RoPE, norms, masks); on any
-        compile error the engine logs it once and stays eager."""
-        import torch._dynamo
+    def enable_compile(self, mode: str | None = None, backend: str = "inductor") -> None:
+        """Compile the decode step by region: one block (reused by every layer wired the
+        same way), the LM head, and the head with sampling. On any compile error the engine
+        logs it once and stays eager."""
+        from runtime.compile_limits import raise_recompile_limits
 
-        cfg = torch._dynamo.config
-        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
-            if hasattr(cfg, knob):
-                setattr(cfg, knob, max(int(getattr(cfg, knob)), 512))
-        # automatic dynamic shapes: the first bucket compiles static, the first change of
-        # batch or length recompiles once with those sizes symbolic, and every later graph
-        # bucket reuses that code (a static compile per bucket cost minutes on a real run)
-        self._compiled = torch.compile(self._decode_impl, dynamic=None, mode=mode)
-        self._compiled_step = torch.compile(self._step_impl, dynamic=None, mode=mode)
+        raise_recompile_limits(512)
+
+        def region(fn: Callable[..., Any]) -> Any:
+            return torch.compile(fn, dynamic=None, mode=mode, backend=backend)
+
+        self._regions = {
+            "layer": region(self._decode_layer),
+            "logits": region(self._logits_tail),
+            "sample": region(self._sample_tail),
+        }
 
     # ---- fused decode + sampling (one graph replay per step) ---------------------------------
 
@@ -848,20 +916,10 @@ class InferenceModel:
         self, st: StepState, length: int, mode: str, *, exact: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``exact``: attend exactly ``length`` entries (a graph's own bucket, which may be
-        finer than the compiled step's default buckets: the compile is shape-dynamic after
-        its first recompile, so finer graph buckets cost captures, not compiles)."""
-        compiled = self._compiled_step
-        if compiled is not None:
-            if not exact:
-                length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
-            try:
-                out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] = compiled(
-                    *st.tensors(), length, mode
-                )
-                return out
-            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
-                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
-                self._compiled_step = None
+        finer than the compiled step's default buckets: the compile is shape-dynamic, so
+        finer graph buckets cost captures, not compiles)."""
+        if self.compiled and not exact:
+            length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
         return self._step_impl(*st.tensors(), length, mode)
 
     def _step_impl(
@@ -880,7 +938,33 @@ class InferenceModel:
         mode: str,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Forward, sample, and advance the inputs in place (next token, position, counter)."""
-        logits, experts = self._decode_impl(tokens, positions, length)
+        h, experts = self._decode_hidden(tokens, positions, length)
+        state = (tokens, positions, counters, temps, greedy, seeds, trunc, top_k, top_p, min_p)
+        if self.compiled and tokens.shape[0] > 1:
+            from torch import _dynamo
+
+            for t in state:
+                _dynamo.maybe_mark_dynamic(t, 0)
+        toks, lps = self._regional("sample", self._sample_tail, h, *state, mode)
+        return toks, lps, experts
+
+    def _sample_tail(
+        self,
+        h: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        counters: torch.Tensor,
+        temps: torch.Tensor,
+        greedy: torch.Tensor,
+        seeds: torch.Tensor,
+        trunc: torch.Tensor,
+        top_k: torch.Tensor,
+        top_p: torch.Tensor,
+        min_p: torch.Tensor,
+        mode: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """LM head, sampling, and the in-place advance of the step's inputs."""
+        logits = self._head(h)[:, 0]
         toks, lps = sample_rows(
             logits, temps, greedy, seeds, counters, trunc, top_k, top_p, min_p, mode
         )
@@ -888,7 +972,7 @@ class InferenceModel:
         # padding rows advance too; the clamp keeps their cache writes inside the rows
         positions.add_(1).clamp_(max=self.cache_len - 1)
         counters.add_(1)
-        return toks, lps, experts
+        return toks, lps
 
     def _step_graph(self, bs: int, length: int, mode: str) -> tuple[Any, Any]:
         """Capture the fused step over the bucket's buffers; the warm-up runs advance the
