@@ -60,7 +60,7 @@ class OptimizerSection(Section):
         description="allowed logprob gap for the scoring-pass check",
         note="eager kernels give the training forward and the scoring pass the same bits; "
         "a compiled trainer runs two differently fused programs (with and without autograd) "
-        "whose bf16 roundings differ: 0.024 largest gap over a 65k-token collection of the "
+        "whose bf16 roundings differ: 0.024 largest gap over a collection of gpu-dense.toml's "
         "1B on one NVIDIA H200. Dropout moves it far more",
         derived="0.05 with trainer.compile_model, else 0.001",
         ge=0.0,
