@@ -201,3 +201,31 @@ def test_graph_fused_step_matches_separate_sampler_on_gpu(compiled: bool) -> Non
     for (ta, la), (tb, lb) in zip(plain, fused, strict=True):
         assert ta == tb
         assert max(abs(x - y) for x, y in zip(la, lb, strict=True)) < (1e-3 if compiled else 1e-4)
+
+
+def test_compacted_step_rows_are_the_survivors_rows() -> None:
+    """After requests finish, the fused step's buffers keep the survivors' rows (gathered
+    on the device in their new slot order) in the bucket of the smaller batch; the rest is
+    padding (greedy, position 0)."""
+    from runtime.engines.embedded.forward import InferenceModel
+
+    im = InferenceModel(build_tiny("dense", seed=1).model, max_slots=8, capacity=64)
+    im.graph_batch_sizes = [2, 4, 8]  # the buckets a GPU engine would have
+    params = [SamplingParams(temperature=0.5 + 0.1 * i, top_k=i) for i in range(5)]
+    batch = SamplingBatch.build(params, [40 + i for i in range(5)], "cpu")
+    im.load_step(
+        torch.tensor([11, 12, 13, 14, 15]),
+        torch.tensor([3, 4, 5, 6, 7]),
+        torch.tensor([1, 2, 3, 4, 5]),
+        batch,
+    )
+    before = [t.clone() for t in im._states[8].tensors()]
+    im.compact_step([0, 4, 2])  # row 4 moved into the hole at slot 1
+    assert im._live == (4, 3)
+    after = im._states[4].tensors()
+    for old, new in zip(before, after, strict=True):
+        assert torch.equal(new[:3], old[[0, 4, 2]])
+    assert after[1][3].item() == 0 and bool(after[4][3])  # padding: position 0, greedy
+    im.compact_step([1])  # a smaller bucket again, from the compacted rows
+    assert im._live == (2, 1)
+    assert im._states[2].tokens[0].item() == 15

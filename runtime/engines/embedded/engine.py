@@ -1010,7 +1010,7 @@ class Engine:
         """Finish ``done`` and compact the survivors into slots ``0..B-1``."""
         if not done:
             return
-        self._batch = None
+        batch, self._batch = self._batch, None
         gone = set(map(id, done))
         survivors = [r for r in self._running if id(r) not in gone]
         for r in done:
@@ -1018,12 +1018,19 @@ class Engine:
             reason = r.finish if abort_message is None else _abort_reason(abort_message, 200)
             self._finish(r, reason or _abort_reason("finished", 200))
         n = len(survivors)
+        old_rows = {id(r): r.slot for r in survivors}  # fused step rows follow the slots
         holes = sorted(r.slot for r in done if 0 <= r.slot < n)
         movers = sorted((r for r in survivors if r.slot >= n), key=lambda r: r.slot)
         for hole, r in zip(holes, movers, strict=True):
             self.im.move_slot(r.slot, hole, r.cached_len)
             r.slot = hole
         self._running = sorted(survivors, key=lambda r: r.slot)
+        if self.fused_sampling and batch is not None and survivors:
+            # the survivors' step rows are already on the device: gather them instead of
+            # rebuilding the step from the host (the wider sampling mode serves them all)
+            self.im.compact_step([old_rows[id(r)] for r in self._running])
+            batch.kv_len = max(r.cached_len for r in self._running) + 1
+            self._batch = batch
 
     def _finish(self, req: GenRequest, reason: dict[str, Any]) -> None:
         req.finish = reason

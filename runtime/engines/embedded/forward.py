@@ -877,6 +877,26 @@ class InferenceModel:
         st.load(tokens, positions, counters, sampling)
         self._live = (bs, n)
 
+    def compact_step(self, rows: list[int]) -> None:
+        """After requests finish: the live step buffers keep only ``rows`` (their old row
+        indices, in the survivors' new slot order), gathered on the device into the bucket
+        of the smaller batch; the rows after them become padding. One index upload instead
+        of rebuilding every buffer from the host (which cost ~0.5 ms of host time at 256
+        rows), on a step where a rollout's requests finish one by one."""
+        assert self._live is not None, "load_step first"
+        n = len(rows)
+        fits = [b for b in self.graph_batch_sizes if b >= n]
+        bs = min(fits) if fits else n
+        src = self._states[self._live[0]]
+        st = self._states.get(bs)
+        if st is None:
+            st = self._states[bs] = StepState.empty(bs, self.device)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        for dst, old in zip(st.tensors(), src.tensors(), strict=True):
+            dst[:n] = old.index_select(0, index)  # a copy first: safe when st is src
+        st.pad(n)
+        self._live = (bs, n)
+
     def step_sampled(
         self, kv_len: int, mode: str
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
