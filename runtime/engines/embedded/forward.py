@@ -331,7 +331,9 @@ class InferenceModel:
             if attn.k_norm is not None:
                 k = attn.k_norm(k)
         if layer.rope is not None:
-            s, c = rope_rows if rope_rows is not None else self._rope_rows(layer, positions)  # type: ignore[misc]
+            rows = rope_rows if rope_rows is not None else self._rope_rows(layer, positions)
+            assert rows is not None  # the layer has RoPE
+            s, c = rows
             if layer.rope.full_precision:
                 q, k = self._rotate(q, s, c), self._rotate(k, s, c)
             else:
@@ -757,16 +759,10 @@ class InferenceModel:
         0), so a run never captures mid-collection. Returns the fused graphs held."""
         if not self.graph_batch_sizes:
             return 0
-        import torch._dynamo
-
-        # largest bucket first, its batch dimension marked dynamic: the first compile is
-        # the shape-dynamic one every other bucket reuses (one compile per sampling mode)
+        # the step's regions are shape-dynamic from their first compile (``_run_step``):
+        # one compile per sampling mode serves every bucket
         for bs in sorted(self.graph_batch_sizes, reverse=True):
-            if bs not in self._states:
-                self._states[bs] = StepState.empty(bs, self.device)
-            if bs > 1:
-                for t in self._states[bs].tensors():
-                    torch._dynamo.maybe_mark_dynamic(t, 0)
+            self._state(bs)
             for length in self._kv_buckets(max_kv_len):
                 for mode in modes:
                     self._step_graph(bs, length, mode)
@@ -869,12 +865,8 @@ class InferenceModel:
         """Put a new running set (slots ``0..n-1``) into the step buffers of its batch
         bucket; ``step_sampled`` then advances them on the device, step after step."""
         n = int(tokens.shape[0])
-        fits = [b for b in self.graph_batch_sizes if b >= n]
-        bs = min(fits) if fits else n
-        st = self._states.get(bs)
-        if st is None:
-            st = self._states[bs] = StepState.empty(bs, self.device)
-        st.load(tokens, positions, counters, sampling)
+        bs = self._bucket(n)
+        self._state(bs).load(tokens, positions, counters, sampling)
         self._live = (bs, n)
 
     def compact_step(self, rows: list[int]) -> None:
@@ -884,18 +876,25 @@ class InferenceModel:
         of rebuilding every buffer from the host (which cost ~0.5 ms of host time at 256
         rows), on a step where a rollout's requests finish one by one."""
         assert self._live is not None, "load_step first"
-        n = len(rows)
-        fits = [b for b in self.graph_batch_sizes if b >= n]
-        bs = min(fits) if fits else n
-        src = self._states[self._live[0]]
-        st = self._states.get(bs)
-        if st is None:
-            st = self._states[bs] = StepState.empty(bs, self.device)
+        n, bs = len(rows), self._bucket(len(rows))
+        src, st = self._states[self._live[0]], self._state(bs)
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         for dst, old in zip(st.tensors(), src.tensors(), strict=True):
             dst[:n] = old.index_select(0, index)  # a copy first: safe when st is src
         st.pad(n)
         self._live = (bs, n)
+
+    def _bucket(self, n: int) -> int:
+        """The step-buffer rows for ``n`` live rows: the smallest graph batch that fits."""
+        fits = [b for b in self.graph_batch_sizes if b >= n]
+        return min(fits) if fits else n
+
+    def _state(self, bs: int) -> StepState:
+        """The step buffers of batch bucket ``bs`` (made on first use, then kept: a captured
+        graph reads them)."""
+        if bs not in self._states:
+            self._states[bs] = StepState.empty(bs, self.device)
+        return self._states[bs]
 
     def step_sampled(
         self, kv_len: int, mode: str
@@ -940,50 +939,23 @@ class InferenceModel:
         finer graph buckets cost captures, not compiles)."""
         if self.compiled and not exact:
             length = kv_bucket(length, COMPILE_KV_STEP, self.cache_len)
-        return self._step_impl(*st.tensors(), length, mode)
-
-    def _step_impl(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        counters: torch.Tensor,
-        temps: torch.Tensor,
-        greedy: torch.Tensor,
-        seeds: torch.Tensor,
-        trunc: torch.Tensor,
-        top_k: torch.Tensor,
-        top_p: torch.Tensor,
-        min_p: torch.Tensor,
-        length: int,
-        mode: str,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Forward, sample, and advance the inputs in place (next token, position, counter)."""
-        h, experts = self._decode_hidden(tokens, positions, length)
-        state = (tokens, positions, counters, temps, greedy, seeds, trunc, top_k, top_p, min_p)
-        if self.compiled and tokens.shape[0] > 1:
+        # forward, then sample and advance the inputs in place (token, position, counter)
+        h, experts = self._decode_hidden(st.tokens, st.positions, length)
+        state = st.tensors()
+        if self.compiled and st.tokens.shape[0] > 1:
             from torch import _dynamo
 
-            for t in state:
+            for t in state:  # one shape-dynamic compile serves every batch bucket
                 _dynamo.maybe_mark_dynamic(t, 0)
-        toks, lps = self._regional("sample", self._sample_tail, h, *state, mode)
+        toks, lps = self._regional("sample", self._sample_tail, h, mode, *state)
         return toks, lps, experts
 
     def _sample_tail(
-        self,
-        h: torch.Tensor,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        counters: torch.Tensor,
-        temps: torch.Tensor,
-        greedy: torch.Tensor,
-        seeds: torch.Tensor,
-        trunc: torch.Tensor,
-        top_k: torch.Tensor,
-        top_p: torch.Tensor,
-        min_p: torch.Tensor,
-        mode: str,
+        self, h: torch.Tensor, mode: str, *state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """LM head, sampling, and the in-place advance of the step's inputs."""
+        """LM head, sampling, and the in-place advance of the step's inputs (``state``:
+        ``StepState.tensors()``)."""
+        tokens, positions, counters, temps, greedy, seeds, trunc, top_k, top_p, min_p = state
         logits = self._head(h)[:, 0]
         toks, lps = sample_rows(
             logits, temps, greedy, seeds, counters, trunc, top_k, top_p, min_p, mode
