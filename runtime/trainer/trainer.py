@@ -502,24 +502,25 @@ class Trainer:
         lengths = [static] if static else [64, 96]
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
-        self.model.eval()
+        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        devices = [self.device] if self.device.type == "cuda" else []
         try:
+            self.model.eval()  # as compute_logprobs runs
             with torch.no_grad():
                 for row in rows:
                     self._forward_selected(self.model, row, want_entropy=False)
+            self.model.train()  # as train_step runs (a compiled block is specialized on it)
+            with torch.random.fork_rng(devices=devices):
+                for row in rows:
+                    logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
+                    loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
+                    loss.backward()
         finally:
+            self.optimizer.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for name, b in self.model.named_buffers():
+                    b.copy_(buffers[name])
             self.model.train(was_training)
-        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            for row in rows:
-                logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
-                loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
-                loss.backward()
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for name, b in self.model.named_buffers():
-                b.copy_(buffers[name])
         return len(rows)
 
     @collective

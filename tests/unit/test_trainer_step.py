@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,7 +128,18 @@ def test_warm_up_runs_forwards_and_changes_nothing(rows: str) -> None:
     tr = Trainer(cfg)
     batch = _batch(tr.loaded.tokenizer)
     before, logp, mode = _params(tr), tr.compute_logprobs(batch), tr.model.training
+    seen: set[tuple[bool, bool]] = set()
+    forward = tr._forward_selected
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.add((torch.is_grad_enabled(), tr.model.training))
+        return forward(*args, **kwargs)
+
+    tr._forward_selected = spy  # type: ignore[method-assign]
     assert tr.warm_up() == (2 if rows == "dynamic" else 1)
+    del tr._forward_selected
+    # as compute_logprobs runs (eval, no autograd), then as train_step runs (train, autograd)
+    assert seen == {(False, False), (True, True)}
     assert tr.model.training == mode
     assert _max_diff(before, _params(tr)) == 0.0
     assert all(p.grad is None for p in tr.model.parameters())
