@@ -392,9 +392,9 @@ class _Resolver:
         )
         self.derive(
             "trainer.compile_model",
-            gpu and arch == "dense" and not tr["activation_recompute"],
-            "true on GPU for dense models without activation_recompute (measured), false otherwise",
-            ("trainer.gpus", "model.architecture", "trainer.activation_recompute"),
+            gpu and arch == "dense",
+            "true on GPU for dense models (measured), false otherwise",
+            ("trainer.gpus", "model.architecture"),
         )
 
         on = asy["enabled"]

@@ -78,8 +78,10 @@ class TrainerSection(Section):
         "apply_compile: one trace serves every block)",
         note="on one NVIDIA H200 the 1B GRPO update ran 1.39x faster (MFU 31% -> 44%) and "
         "peaked 9.5 GiB lower; the compile runs in the start-up warm-up, beside the engines' "
-        "graph capture. Not with activation_recompute on GPUs (rule compile-with-recompute)",
-        derived="true on GPU for dense models without activation_recompute, false otherwise",
+        "graph capture. With activation_recompute the compiled blocks recompute inside their "
+        "own graphs (OLMo-core's activation memory budget, 0) instead of under checkpoint "
+        "wrappers",
+        derived="true on GPU for dense models, false otherwise",
     )
     router_aux_loss_coef: float = fld(
         0.0,

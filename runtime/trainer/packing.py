@@ -48,9 +48,10 @@ class PackedRow:
         return self.num_tokens - self.pad_tokens
 
     def model_kwargs(self, device: torch.device) -> dict[str, object]:
-        """Forward kwargs for OLMo-core: doc masking only when the row holds >1 document."""
-        if len(self.doc_lens) <= 1:
-            return {}
+        """Forward kwargs for OLMo-core: document masking, for one document too, so every
+        row takes the same forward (a compiled model keeps one variant; without the masking
+        arguments OLMo-core's own attention also fixes the row length in the compiled
+        graph)."""
         return {
             "doc_lens": torch.tensor([self.doc_lens], dtype=torch.int32, device=device),
             "max_doc_lens": [max(self.doc_lens)],

@@ -94,6 +94,13 @@ def _fp32_lm_head(model: torch.nn.Module) -> None:
     head.forward = forward
 
 
+# OLMo-core's activation memory budget under compiled blocks: 0 is the memory of recomputing
+# every activation the partitioner can (the compiled counterpart of full recompute)
+RECOMPUTE_MEMORY_BUDGET = 0.0
+# the warm-up's dynamic row lengths: the first compiles a static graph, the second the
+# shape-dynamic one every later length reuses; two and three of FlexAttention's 128-token
+# blocks, so its block-mask sizes are dynamic too (a row of one block compiles once more)
+WARM_UP_ROW_LENGTHS = (192, 320)
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
 
 
@@ -120,6 +127,16 @@ def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
             self._depth -= 1
 
     return op
+
+
+def warm_rope_tables(model: torch.nn.Module, length: int, device: torch.device) -> None:
+    """Build every RoPE module's sine/cosine tables for ``length`` positions now
+    (OLMo-core's ``warmup_cache``), so no forward ever grows them."""
+    from olmo_core.nn.rope import RotaryEmbeddingBase
+
+    for module in model.modules():
+        if isinstance(module, RotaryEmbeddingBase):
+            module.warmup_cache(length, device)
 
 
 def _filler_rows() -> list[PackedRow]:
@@ -214,6 +231,12 @@ class Trainer:
                 if m is not None:
                     m.apply_compile()
         self.model.to(self.device)
+        # RoPE tables of the longest row from the start: a table grown mid-run would be a new
+        # branch (and a new variant of every compiled block) at the first longer row
+        longest = max(cfg.max_row_tokens or 0, cfg.packing_max_tokens or 0, *WARM_UP_ROW_LENGTHS)
+        for m in (self.model, self.ref_model):
+            if m is not None:
+                warm_rope_tables(m, longest, self.device)
         autocast = (
             cfg.bf16_autocast if cfg.bf16_autocast is not None else self.device.type == "cuda"
         )
@@ -301,7 +324,17 @@ class Trainer:
             router.z_loss_weight = None
 
     def _apply_activation_recompute(self) -> None:
-        if self.loaded.family == "dense":
+        """Full recompute of dense blocks (attention modules of MoE blocks, which OLMo-core
+        cannot wrap whole). With compiled blocks, OLMo-core's ``budget`` mode instead: the
+        compiler's partitioner recomputes inside each compiled block. Checkpoint wrappers
+        around compiled blocks fail in the backward (``CheckpointError``: the recompute
+        saves other tensors than the compiled forward did), seen on an H200 and on CPU."""
+        if self.cfg.compile_model:
+            self.model.apply_activation_checkpointing(
+                TransformerActivationCheckpointingMode.budget,
+                activation_memory_budget=RECOMPUTE_MEMORY_BUDGET,
+            )
+        elif self.loaded.family == "dense":
             self.model.apply_activation_checkpointing(TransformerActivationCheckpointingMode.full)
         else:  # OLMo-core cannot wrap whole MoE blocks; recompute the attention modules
             self.model.apply_activation_checkpointing(
@@ -491,15 +524,17 @@ class Trainer:
     @collective
     def warm_up(self) -> int:
         """Run the log-prob forward, then a training forward and backward, on filler rows,
-        so that their compiles (FlexAttention's forward, and its backward under AOTAutograd)
+        so that their
+        compiles (FlexAttention's, compiled blocks', and their backward under AOTAutograd)
         happen before the first collection (the run does it while the engines capture their
-        decode graphs). Static rows: their one length; dynamic rows: two lengths, the second
-        compiling the shape-dynamic graphs later lengths reuse. The backward's gradients are
-        all zero and are dropped, buffers and the RNG are put back, the optimizer never
-        steps: the first update starts from exactly the state it had. Returns how many rows
-        ran."""
+        decode graphs). Static rows: their one length. Dynamic rows: the log-prob forward at
+        two lengths (the second compiles the shape-dynamic graph later lengths reuse), the
+        training pass at the second only: dynamo already knows the length varies, so its one
+        compile is shape-dynamic. The backward's gradients are all zero and are dropped,
+        buffers and the RNG are put back, the optimizer never steps: the first update starts
+        from exactly the state it had. Returns how many rows ran."""
         static = self.static_row_tokens()
-        lengths = [static] if static else [64, 96]
+        lengths = [static] if static else list(WARM_UP_ROW_LENGTHS)
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
         buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
@@ -511,17 +546,17 @@ class Trainer:
                     self._forward_selected(self.model, row, want_entropy=False)
             self.model.train()  # as train_step runs (a compiled block is specialized on it)
             with torch.random.fork_rng(devices=devices):
-                for row in rows:
-                    logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
-                    loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
-                    loss.backward()
+                row = rows[-1]
+                logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
+                loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
+                loss.backward()
         finally:
             self.optimizer.zero_grad(set_to_none=True)
             with torch.no_grad():
                 for name, b in self.model.named_buffers():
                     b.copy_(buffers[name])
             self.model.train(was_training)
-        return len(rows)
+        return len(rows) + 1
 
     @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:

@@ -696,11 +696,6 @@ CASES: list[tuple[str, str, str]] = [
         '[trainer]\nattention_backend = "sdpa"\n',
     ),
     (
-        "compile-with-recompute",
-        GPU + "compile_model = true  # <-\nactivation_recompute = true\n",
-        GPU + "compile_model = true\nactivation_recompute = false\n",
-    ),
-    (
         "recompute-long-context",
         "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = false  # <-\n",
         "[inference]\nmax_context_length = 16384\n[trainer]\nactivation_recompute = true\n",

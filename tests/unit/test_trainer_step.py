@@ -136,7 +136,7 @@ def test_warm_up_runs_forwards_and_changes_nothing(rows: str) -> None:
         return forward(*args, **kwargs)
 
     tr._forward_selected = spy  # type: ignore[method-assign]
-    assert tr.warm_up() == (2 if rows == "dynamic" else 1)
+    assert tr.warm_up() == (3 if rows == "dynamic" else 2)
     del tr._forward_selected
     # as compute_logprobs runs (eval, no autograd), then as train_step runs (train, autograd)
     assert seen == {(False, False), (True, True)}
@@ -206,4 +206,63 @@ def test_compiled_blocks_score_and_train_like_eager() -> None:
     ma, mb = eager.train_step(batch), compiled.train_step(batch)
     assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
     assert _max_diff(before, _params(compiled)) > 0
+    assert _max_diff(_params(eager), _params(compiled)) < 1e-3
+
+
+def _samples_of_lengths(tok, lengths: list[int]) -> list[Sample]:
+    """Samples of ``lengths`` prompt tokens, a two-token response each, advantages +-1."""
+    return [
+        Sample(list(range(1, n + 1)), [5, tok.eos_token_id], 1.0 if i % 2 else -1.0)
+        for i, n in enumerate(lengths)
+    ]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(sequence_packing=True, packing_max_tokens=128),
+        dict(sequence_packing=True, packing_max_tokens=128, activation_recompute=True),
+        dict(sequence_packing=False),
+        dict(sequence_packing=True, packing_max_tokens=128, row_specialization="static"),
+    ],
+    ids=["packed", "packed-recompute", "unpacked", "static"],
+)
+def test_no_compile_after_the_warm_up(cfg: dict[str, Any], monkeypatch) -> None:
+    """With compiled blocks, the warm-up meets every variant the run's rows take: scoring and
+    updates at lengths it never saw, single-document rows included, compile nothing more
+    (dynamo's own frame counter; its eager backend stands in for Inductor)."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compile_module = torch.nn.Module.compile
+
+    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        compile_module(self, *args, **{**kwargs, "backend": counter})
+
+    monkeypatch.setattr(torch.nn.Module, "compile", counted)
+    tr = Trainer(TrainerConfig(lr=1e-3, compile_model=True, **cfg))
+    tr.warm_up()
+    warmed = counter.frame_count
+    assert warmed > 0
+    tok = tr.loaded.tokenizer
+    for lengths in ([7], [23, 40, 11], [100], [5, 61]):
+        batch = _samples_of_lengths(tok, lengths)
+        tr.compute_logprobs(batch)
+        tr.train_step(batch)
+    assert counter.frame_count == warmed
+    torch._dynamo.reset()
+
+
+def test_compiled_blocks_with_recompute_train_like_eager() -> None:
+    """Activation recompute under compiled blocks (OLMo-core's budget mode: the compiled
+    graph recomputes) runs two updates and moves the weights as the eager trainer with
+    checkpointed blocks does (checkpoint wrappers around compiled blocks fail instead)."""
+    cfg = dict(lr=1e-3, sequence_packing=True, packing_max_tokens=128, activation_recompute=True)
+    eager = Trainer(TrainerConfig(**cfg))
+    compiled = Trainer(TrainerConfig(**cfg, compile_model=True))
+    batch = _batch(eager.loaded.tokenizer, n_prompts=1)
+    for _ in range(2):
+        ma, mb = eager.train_step(batch), compiled.train_step(batch)
+        assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-5)
     assert _max_diff(_params(eager), _params(compiled)) < 1e-3
