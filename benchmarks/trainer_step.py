@@ -99,10 +99,17 @@ class RawSide:
             self.device = torch.device("cuda", 0)
         lm = load_model(args.model, device=self.device)
         self.model = lm.model.train()
-        if args.recompute:
-            from olmo_core.nn.transformer import TransformerActivationCheckpointingMode
+        if args.recompute:  # as the trainer does: compiled blocks recompute in their graphs
+            from olmo_core.nn.transformer import TransformerActivationCheckpointingMode as Mode
 
-            self.model.apply_activation_checkpointing(TransformerActivationCheckpointingMode.full)
+            from runtime.trainer.trainer import RECOMPUTE_MEMORY_BUDGET
+
+            if args.compile_blocks:
+                self.model.apply_activation_checkpointing(
+                    Mode.budget, activation_memory_budget=RECOMPUTE_MEMORY_BUDGET
+                )
+            else:
+                self.model.apply_activation_checkpointing(Mode.full)
         if args.compile_blocks:
             self.model.apply_compile()
         self.opt = torch.optim.AdamW(

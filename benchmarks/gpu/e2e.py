@@ -96,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-cache", type=Path, default=Path("/tmp/rlc-compile-cache"))
     ap.add_argument("--deadline-s", type=float, default=None, help="start no collection past it")
     ap.add_argument("--dry-run", action="store_true", help="CPU smoke on the tiny model")
+    ap.add_argument(
+        "--compile-blocks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trainer.compile_model (default: on with CUDA, as derived for dense GPU runs)",
+    )
+    ap.add_argument("--recompute", action="store_true", help="trainer.activation_recompute")
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -123,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.attention_backend or ("flex" if cuda else "sdpa")
     trainer = Trainer(
         TrainerConfig(
-            model_source=args.source, device=args.device, lr=1e-6, attention_backend=backend
+            model_source=args.source,
+            device=args.device,
+            lr=1e-6,
+            attention_backend=backend,
+            # as the compiler derives it for dense GPU runs (pass --no-compile-blocks for MoE)
+            compile_model=cuda if args.compile_blocks is None else args.compile_blocks,
+            activation_recompute=args.recompute,
         )
     )
     # the engine's copy comes from the trainer's (on-device) weights: building the 1.5B
@@ -168,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "benchmark": "gpu_e2e",
                 "label": args.label,
+                "compile_model": trainer.cfg.compile_model,
+                "activation_recompute": trainer.cfg.activation_recompute,
                 "source": args.source,
                 "family": loaded.family,
                 "device_name": torch.cuda.get_device_name() if cuda else "cpu",

@@ -8,7 +8,7 @@
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
-# e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled decode7
+# e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7
 # bench-warm-base bench-warm-trainer (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -62,7 +62,7 @@ for s in "$@"; do
     stage e2e 240 python3 benchmarks/gpu/e2e.py --prompts 8 --group 8 --new-tokens 256 --collections 2
     ;;
   moe)
-    stage moe 200 python3 benchmarks/gpu/e2e.py --source builtin:smallmoe --label moe \
+    stage moe 200 python3 benchmarks/gpu/e2e.py --source builtin:smallmoe --label moe --no-compile-blocks \
       --prompts 4 --group 4 --new-tokens 32 --collections 2
     ;;
   dense-run | moe-run)
@@ -191,13 +191,13 @@ for s in "$@"; do
   trl5-256 | trl5-1024)
     n=${s#trl5-}
     stage "$s" "$(( n > 256 ? 130 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
-      --new-tokens "$n" --steps 2
+      --new-tokens "$n" --steps 2 --out "$RES"
     ;;
   e2e5-256 | e2e5-1024)
     n=${s#e2e5-}
     stage "$s" "$(( n > 256 ? 200 : 150 ))" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
-      --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n" \
-      --deadline-s "$(( n > 256 ? 185 : 135 ))"
+      --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n${E2E_LABEL:-}" \
+      --deadline-s "$(( n > 256 ? 185 : 135 ))" --out "$RES"
     ;;
   # ---- round six: the MoE update on torch's grouped matrix product vs the capacity MLP ----
   moe-update)
@@ -215,6 +215,12 @@ for s in "$@"; do
     stage trainer-compiled 320 python3 benchmarks/trainer_step.py --device cuda --model "$M1B" \
       --samples 32 --prompt-len 512 --response-len 1536 --packing-max-tokens 8192 --steps 3 \
       --warmup 2 --compile-blocks --out "$RES/trainer_step-olmo3-1b-cuda-compiled.json"
+    ;;
+  trainer-recompute)  # compiled blocks with activation recompute (OLMo-core's budget mode)
+    stage trainer-recompute 320 python3 benchmarks/trainer_step.py --device cuda --model "$M1B" \
+      --samples 32 --prompt-len 512 --response-len 1536 --packing-max-tokens 8192 --steps 3 \
+      --warmup 2 --compile-blocks --recompute \
+      --out "$RES/trainer_step-olmo3-1b-cuda-compiled-recompute.json"
     ;;
   decode7)
     # the default engine (graphs of the region-compiled step) against transformers' compiled

@@ -539,17 +539,27 @@ class Trainer:
         was_training = self.model.training
         buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
         devices = [self.device] if self.device.type == "cuda" else []
+        t0 = time.perf_counter()
         try:
             self.model.eval()  # as compute_logprobs runs
             with torch.no_grad():
                 for row in rows:
                     self._forward_selected(self.model, row, want_entropy=False)
+            t1 = time.perf_counter()
             self.model.train()  # as train_step runs (a compiled block is specialized on it)
             with torch.random.fork_rng(devices=devices):
                 row = rows[-1]
                 logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
                 loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
                 loss.backward()
+            log.info(
+                "trainer warm-up: log-prob forward %.1f s (rows of %s tokens), training pass "
+                "%.1f s (%d tokens)",
+                t1 - t0,
+                "/".join(map(str, lengths)),
+                time.perf_counter() - t1,
+                lengths[-1],
+            )
         finally:
             self.optimizer.zero_grad(set_to_none=True)
             with torch.no_grad():
