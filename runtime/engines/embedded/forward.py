@@ -907,7 +907,7 @@ class InferenceModel:
         assert self._live is not None, "load_step first"
         bs, n = self._live
         bucket = None
-        if self.graph_batch_sizes:
+        if self.graph_batch_sizes and self.device.type == "cuda":  # CPU: padded rows, eager
             bucket = graph_bucket(
                 bs, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
             )
