@@ -287,3 +287,45 @@ def test_graph_engine_overlapped_on_gpu() -> None:
     for x, y in zip(_outputs(plain), _outputs(over), strict=True):
         assert x[0] == y[0] and x[2:] == y[2:]
         assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < 1e-4
+
+
+def test_recurrent_model_overlapped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """GatedDeltaNet layers: the step launched ahead also advances the recurrent state of
+    a request that stopped (its slot is freed; a prefill resets it) and of the survivors
+    (moved with their slots after it): the same tokens as the plain schedule."""
+    pytest.importorskip("transformers.models.olmo_hybrid")
+    from test_hf_families import write_hf_checkpoint
+
+    from runtime.models import load_model
+    from runtime.models.gdn_cpu import install_transformers_cpu_fallbacks
+
+    install_transformers_cpu_fallbacks()
+    write_hf_checkpoint(tmp_path, "olmo_hybrid")
+
+    def run(overlap: bool) -> tuple[list[dict], Engine]:
+        eng = Engine(
+            load_model(str(tmp_path)),
+            model_path="t",
+            max_running_requests=3,
+            context_length=40,
+            fused_sampling=True,
+            overlap_schedule=overlap,
+        )
+        assert eng.im.recurrent is not None
+        eng.im.graph_batch_sizes = [3]
+        col = _Collector(7)
+        for i in range(7):
+            sp = _params(i, stop=[], stop_token_ids=list(range(10, 30)) if i % 2 else [])
+            eng.submit(eng.make_request([3 + i, 4, 5, 6], sp, col.cb(i), return_logprob=True))
+        eng.start()
+        try:
+            assert col.done.wait(120), "engine did not finish"
+        finally:
+            eng.stop()
+        return col.results, eng
+
+    (plain, _), (over, eng) = run(False), run(True)
+    assert eng.stats["num_overlapped_steps"] > 0 and eng.stats["num_discarded_tokens"] > 0
+    for x, y in zip(_outputs(plain), _outputs(over), strict=True):
+        assert x[0] == y[0] and x[2:] == y[2:]
+        assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < 1e-5
