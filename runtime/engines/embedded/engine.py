@@ -229,7 +229,7 @@ class _InFlight:
     reqs: list[GenRequest]
     both: torch.Tensor  # (2, rows) float64: tokens, log-probs
     experts: torch.Tensor | None  # (rows, L, k) int32, when a row returns routed experts
-    ready: Any = None  # a CUDA event recorded after the copies to the host
+    ready: torch.cuda.Event | None = None  # recorded after the copies to the host (GPU)
 
 
 def _record_routed(running: list[GenRequest], experts: torch.Tensor | None) -> None:
