@@ -8,7 +8,11 @@ This measures that host work on its own, at ``--batch`` running requests:
 - ``rebuild``: building the step's buffers from the host (``_build_batch`` + ``load_step``),
   which the engine did on every step where a request finished;
 - ``compact``: gathering the survivors' rows on the device instead (``compact_step``), what
-  it does now when requests finish and none are admitted (a rollout's tail).
+  it does now when requests finish and none are admitted (a rollout's tail);
+- ``accept_step``: what the overlap schedule does instead of ``accept`` for a step launched
+  ahead (its copied-out tokens and log-probs, the check for rows that stopped meanwhile);
+  on a GPU this runs while the next step does, so it leaves the step's critical path;
+- ``run_ahead``: the check whether the next step may be launched before this one is read.
 
     .venv/bin/python benchmarks/engine_host.py [--batch 256] [--repeats 300]
 
@@ -90,8 +94,17 @@ def main() -> None:
         eng.im._live = (n, n)  # the full batch again, then one request gone
         eng.im.compact_step(list(range(1, n)))
 
+    from runtime.engines.embedded.engine import _InFlight
+
+    def accept_step() -> None:
+        both = torch.stack([toks.double(), lps.double()])
+        eng._accept_step(_InFlight(list(eng._running), both, None))
+
+    eng._batch = batch
     rows = {
         "accept": _time_us(lambda: eng._accept_all(eng._running, toks, lps), args.repeats),
+        "accept_step": _time_us(accept_step, args.repeats),
+        "run_ahead": _time_us(eng._can_run_ahead, args.repeats),
         "rebuild": _time_us(rebuild, args.repeats),
         "compact": _time_us(compact, args.repeats),
     }

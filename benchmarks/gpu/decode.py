@@ -11,11 +11,15 @@ Engine variants (``--variants``, one process, A/B in one GPU call) are comma-sep
 options: a mode ``eager`` or ``graph``, then ``kv_step=N`` (graph KV-length bucket, 0 = the
 whole cache row), ``prefill=N`` (prefill token budget per forward), ``compile``
 (torch.compile of the decode step), ``fused`` (the sampler runs inside the captured step
-instead of after the graph; opt-in in the engine until measured here) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
+instead of after the graph; opt-in in the engine until measured here), ``nooverlap``
+(with ``fused``: each step's tokens are read before the next step is launched, the
+engine's ``overlap_schedule=False``; by default step N+1 is launched first and the host's
+bookkeeping of step N overlaps it) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
 ``math`` as the fallback for calls the fused kernel refuses). Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
-prefill ms), and micro timings of one forward and one sample. ``transformers`` runs with
+prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
+timings of one forward and one sample. ``transformers`` runs with
 its dynamic cache and its static cache (each optionally under an SDPA setting); the table
 compares against the best of them.
 
@@ -70,6 +74,7 @@ class Variant:
     # sampling inside the captured step: the engine's GPU default; a variant without
     # `fused` turns it off
     fused: bool = False
+    overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
 
 
 def parse_variant(text: str) -> Variant:
@@ -85,6 +90,8 @@ def parse_variant(text: str) -> Variant:
                 v.compile = True
             elif key == "fused" and not eq:
                 v.fused = True
+            elif key == "nooverlap" and not eq:
+                v.overlap = False
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -96,7 +103,7 @@ def parse_variant(text: str) -> Variant:
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -209,6 +216,7 @@ def bench_engine(
         prefill_tokens=v.prefill,
         compile_decode=v.compile,
         fused_sampling=v.fused,
+        overlap_schedule=v.overlap,
     )
     setup_s = time.perf_counter() - t0
     eng.start()
@@ -372,7 +380,8 @@ def parity(loaded: Any, hf: Any, prompt: torch.Tensor) -> dict[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
-        epilog="variants e.g.: graph  graph,kv_step=0  graph,sdpa=no-cudnn  graph,compile  eager",
+        epilog="variants e.g.: graph  graph,kv_step=0  graph,sdpa=no-cudnn  graph,compile  eager  "
+        "graph,compile,fused  graph,compile,fused,nooverlap",
     )
     ap.add_argument("--source", default="builtin:olmo3-1b?vocab_size=100352")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])

@@ -55,6 +55,10 @@ def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     assert args.fused_sampling is True
     args = build_parser().parse_args([*on[3:], "--no-fused-sampling"])
     assert args.fused_sampling is False
+    assert "--disable-overlap-schedule" not in on  # an engine option the compiler never emits
+    assert args.overlap_schedule is True
+    args = build_parser().parse_args([*on[3:], "--disable-overlap-schedule"])
+    assert args.overlap_schedule is False
 
 
 def test_engine_defaults_follow_the_device() -> None:

@@ -137,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
         "default: on wherever decode runs as CUDA graphs (a GPU without --disable-cuda-graph)",
     )
     p.add_argument(
+        "--disable-overlap-schedule",
+        dest="overlap_schedule",
+        action="store_false",
+        help="read each decode step's tokens before launching the next (SGLang's flag); by "
+        "default, with --fused-sampling, step N+1 is launched before step N's tokens are "
+        "read, so the host's bookkeeping overlaps the device's step",
+    )
+    p.add_argument(
         "--hf-template",
         default=None,
         help="tokenizer directory for an OLMo-core checkpoint source (model.hf_template)",
@@ -228,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         prefill_tokens=args.prefill_tokens,
         compile_decode=args.compile_decode,
         fused_sampling=args.fused_sampling,
+        overlap_schedule=args.overlap_schedule,
         max_mamba_cache_size=args.max_mamba_cache_size,
         mem_fraction_static=args.mem_fraction_static,
         cuda_graph_max_bs=args.cuda_graph_max_bs,

@@ -19,6 +19,16 @@ KV dropped), so a weight update applies at once and, on continue, each is prefil
 over prompt + tokens so far under the new weights and decodes on (refresh publication);
 ``in_place`` only stops decoding; ``abort`` aborts everything. Every sampled token records
 the weight version it was sampled under (``meta_info.weight_versions`` spans, as SGLang).
+
+Overlap schedule (SGLang's, on wherever sampling runs inside the decode step; off with
+``overlap_schedule=False`` / ``--disable-overlap-schedule``): the fused step advances its own
+inputs on the device, so step N+1 is launched before step N's tokens are read, and the
+host's bookkeeping of step N (token transfer, stop checks, retirement) runs while N+1 does.
+A request that stopped at step N gets one extra token at N+1 that is thrown away (never
+returned, never counted). Its extra K/V row lands at position ``prompt + max_new - 1`` at
+most, inside its own slot (``max_new`` is capped by the context length), past the length
+the prefix cache takes from it. Anything that changes the running set or the weights (an
+admission, abort, pause, flush, weight update, warm-up) first reads the step in flight.
 """
 
 from __future__ import annotations
@@ -210,6 +220,18 @@ def load_safetensors_dir(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+@dataclass(eq=False)
+class _InFlight:
+    """A fused decode step launched but not read yet: the requests of its rows (in the row
+    order of its launch) and its tokens and log-probs (and routed experts), copied out of
+    the step's output buffers (the next step overwrites them) toward the host."""
+
+    reqs: list[GenRequest]
+    both: torch.Tensor  # (2, rows) float64: tokens, log-probs
+    experts: torch.Tensor | None  # (rows, L, k) int32, when a row returns routed experts
+    ready: torch.cuda.Event | None = None  # recorded after the copies to the host (GPU)
+
+
 def _record_routed(running: list[GenRequest], experts: torch.Tensor | None) -> None:
     """Append each running request's row of this decode step's routed experts (when asked)."""
     if experts is not None and any(r.return_routed_experts for r in running):
@@ -243,6 +265,7 @@ class Engine:
         mem_fraction_static: float | None = None,
         cuda_graph_max_bs: int | None = None,
         radix_cache: bool = True,
+        overlap_schedule: bool = True,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -307,6 +330,10 @@ class Engine:
         # sampler after the graph at batch 64 and 256 on one H200 (docs/benchmarks.md, GPU
         # round four); without graphs the sampler stays a separate step
         self.fused_sampling = bool(cuda_graph) if fused_sampling is None else fused_sampling
+        # launch decode step N+1 before reading step N's tokens (the fused step only: its
+        # inputs advance on the device)
+        self.overlap_schedule = bool(overlap_schedule) and self.fused_sampling
+        self._inflight: _InFlight | None = None
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
@@ -333,6 +360,8 @@ class Engine:
             "num_retracted": 0,
             "num_cached_prompt_tokens": 0,  # prompt tokens served from the prefix cache
             "num_cache_flushes": 0,
+            "num_overlapped_steps": 0,  # decode steps launched before the previous was read
+            "num_discarded_tokens": 0,  # their tokens for requests that stopped meanwhile
         }
         self._flushes: list[threading.Event] = []
 
@@ -516,6 +545,7 @@ class Engine:
 
     def _apply_warmups(self) -> None:
         """Only between collections: a capture's warm-up steps write K/V in slots 0..B-1."""
+        self._drain()
         if self._running:
             return
         with self._lock:
@@ -570,7 +600,11 @@ class Engine:
                 aborts, self._aborts = self._aborts, []
                 pauses, self._pauses = self._pauses, []
                 flushes, self._flushes = self._flushes, []
+                control = bool(aborts or pauses or flushes or self._updates or self._warmups)
             try:
+                if control:  # each of these may change the running set or the weights
+                    self._mark_aborts(aborts)  # an aborted request keeps no token of the
+                    self._drain()  # step in flight: as if the abort came before its launch
                 if flushes:
                     self._flush_prefix()
                     for ev in flushes:
@@ -593,6 +627,8 @@ class Engine:
                     self._finish(req, _abort_reason(f"engine error: {exc}", 500))
                 self._running = []
                 self._batch = None
+                self._inflight = None  # its requests were running: finished just above
+        self._inflight = None  # its requests are running ones, finished below
         for req in list(self._running) + list(self._waiting):
             self._finish(req, _abort_reason("engine shutting down", 503))
 
@@ -628,6 +664,12 @@ class Engine:
         with self._lock:
             self._waiting.extendleft(reversed(back))
 
+    def _mark_aborts(self, aborts: list[tuple[str | None, bool]]) -> None:
+        for rid, abort_all in aborts:
+            for r in self._running:
+                if abort_all or r.rid == rid:
+                    r.abort_requested = True
+
     def _apply_aborts(self, aborts: list[tuple[str | None, bool]]) -> None:
         for rid, abort_all in aborts:
             with self._lock:
@@ -636,9 +678,7 @@ class Engine:
                     self._waiting.remove(r)
             for r in hit:
                 self._finish(r, _abort_reason("Abort request", 200))
-            for r in self._running:
-                if abort_all or r.rid == rid:
-                    r.abort_requested = True
+        self._mark_aborts(aborts)
         if any(r.abort_requested for r in self._running):
             self._retire([r for r in self._running if r.abort_requested], "Abort request")
 
@@ -648,6 +688,7 @@ class Engine:
             if not self._updates:
                 return self._tensor_hold()
             upd = self._updates[0]
+        self._drain()  # the update may have arrived after this round's check
         if upd.abort_all and self._running:
             self._retire(list(self._running), "Abort request: weights update")
         if self._running and self.pause_mode is None:
@@ -763,6 +804,7 @@ class Engine:
             self.stats["num_prompt_tokens"] += len(req.prompt_ids)
             self._finish(req, {"type": "length", "length": 0})
         if admitted:
+            self._drain()  # the new rows join after the step in flight is read
             t0 = time.perf_counter()
             # similar lengths share a chunk: less padding (slot order does not matter)
             admitted.sort(key=lambda r: len(r.prefill_ids))
@@ -948,30 +990,120 @@ class Engine:
 
     def _fused_decode_step(self) -> None:
         """Forward and sampling in one step function (one graph replay on a GPU); its
-        buffers advance on the device, so a new running set is loaded only on change."""
+        buffers advance on the device, so a new running set is loaded only on change.
+
+        Overlap schedule: the step in flight (or a new one) is followed by the next step's
+        launch when that is safe, and read while the next one runs."""
+        t0 = time.perf_counter()
+        step, self._inflight = self._inflight, None
+        if step is None:
+            step = self._launch_fused()
+        if self._can_run_ahead():
+            self._inflight = self._launch_fused()
+            self.stats["num_overlapped_steps"] += 1
+        self._accept_step(step)
+        if self._inflight is not None and not self._running:
+            self._drain()  # every row of the step ahead stopped: nothing of it is kept
+        self.timings["decode_s"] += time.perf_counter() - t0
+
+    def _launch_fused(self) -> _InFlight:
+        """Launch one fused step for the running set; its outputs are copied toward the
+        host (asynchronously on a GPU) and read by ``_accept_step``."""
         t0 = time.perf_counter()
         running = self._running
         batch = self._batch
-        if batch is None:
+        if batch is None:  # only with no step in flight: built from the host's tokens
             batch = self._build_batch()
             self.im.load_step(batch.tokens, batch.positions, batch.counters, batch.sampling)
         toks, lps, experts = self.im.step_sampled(batch.kv_len, batch.sampling.mode)
-        self.stats["num_decode_steps"] += 1
-        _record_routed(running, experts)
+        batch.kv_len += 1
+        self._batch = batch
+        both = torch.stack([toks.double(), lps.double()])
+        ex = None
+        if experts is not None and any(r.return_routed_experts for r in running):
+            ex = experts.to(torch.int32, copy=True)
+        ready = None
+        if both.device.type == "cuda":
+            both = both.to("cpu", non_blocking=True)
+            ex = None if ex is None else ex.to("cpu", non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
         if self.profile:  # sampling is inside the step: all of it counts as forward
             _sync(self.device)
             self.timings["forward_s"] += time.perf_counter() - t0
-        batch.kv_len += 1
-        self._batch = batch
-        self._accept_all(running, toks, lps)
-        self.timings["decode_s"] += time.perf_counter() - t0
+        return _InFlight(list(running), both, ex, ready)
+
+    def _can_run_ahead(self) -> bool:
+        """Launch the next step before reading the one in flight? Only while the running
+        set cannot change before it (nothing to admit, no control operation pending) and
+        every row's next K/V write lies inside its slot. ``max_new`` is capped by the
+        context length, so a request at its last token writes its extra row at position
+        ``context_length - 1`` at most; the check below guards that bound."""
+        if not self.overlap_schedule or self.profile:
+            return False
+        batch = self._batch
+        if batch is None or batch.kv_len > self.context_length:
+            return False
+        with self._lock:
+            if self._stop or self._aborts or self._pauses or self._flushes:
+                return False
+            if self._updates or self._warmups or self.pause_mode is not None:
+                return False
+            return not self._admissible()
+
+    def _admissible(self) -> bool:
+        """Would ``_admit`` take a waiting request now? (Caller holds the lock.)"""
+        if not self._waiting or self._tensor_hold_until is not None:
+            return False
+        req = self._waiting[0]
+        if req.max_new <= 0 and not req.wants_input_logprobs:
+            return True
+        if len(self._running) >= self.max_running:
+            return False
+        used = sum(r.reserved for r in self._running)
+        return not self._running or used + req.reserved <= self.max_total_tokens
+
+    def _drain(self) -> None:
+        """Read the step in flight (if any) and do its bookkeeping; nothing runs ahead."""
+        step, self._inflight = self._inflight, None
+        if step is not None:
+            t0 = time.perf_counter()
+            self._accept_step(step)
+            self.timings["decode_s"] += time.perf_counter() - t0
+
+    def _accept_step(self, step: _InFlight) -> None:
+        """Wait for a launched step's tokens and accept them. Rows of requests that stopped
+        after its launch (at the step before) are dropped, as if it had not run for them."""
+        if step.ready is not None:
+            step.ready.synchronize()
+        both = step.both.tolist()
+        reqs, rows = step.reqs, range(len(step.reqs))
+        if any(r.finish is not None or r.abort_requested for r in reqs):
+            rows = [i for i, r in enumerate(reqs) if r.finish is None and not r.abort_requested]
+            self.stats["num_discarded_tokens"] += len(reqs) - len(rows)
+            if not rows:
+                return
+        self.stats["num_decode_steps"] += 1
+        if step.experts is not None:
+            for i in rows:
+                if reqs[i].return_routed_experts:
+                    reqs[i].routed.append(step.experts[i : i + 1])
+        if len(rows) == len(reqs):
+            self._accept_rows(reqs, both[0], both[1])
+        else:
+            kept = [reqs[i] for i in rows]
+            self._accept_rows(kept, [both[0][i] for i in rows], [both[1][i] for i in rows])
 
     def _accept_all(self, reqs: list[GenRequest], toks: torch.Tensor, lps: torch.Tensor) -> None:
         """One host transfer for the whole batch, then per-request stop checks and retire."""
         both = torch.stack([toks.double(), lps.double()]).tolist()
+        self._accept_rows(reqs, both[0], both[1])
+
+    def _accept_rows(self, reqs: list[GenRequest], toks: list[float], lps: list[float]) -> None:
+        """Append each request's token and log-prob, check its stops, retire the finished."""
         eos = self._eos
         self.stats["num_generated_tokens"] += len(reqs)
-        for req, tf, lp in zip(reqs, both[0], both[1], strict=True):
+        for req, tf, lp in zip(reqs, toks, lps, strict=True):
             if req.max_new <= 0:  # a scoring request: prefilled, nothing generated
                 req.finish = {"type": "length", "length": 0}
                 continue
@@ -1007,9 +1139,15 @@ class Engine:
             req.finish = {"type": "length", "length": n}
 
     def _retire(self, done: list[GenRequest], abort_message: str | None = None) -> None:
-        """Finish ``done`` and compact the survivors into slots ``0..B-1``."""
+        """Finish ``done`` and compact the survivors into slots ``0..B-1``.
+
+        With a step in flight (overlap schedule) each survivor's slot already holds one K/V
+        row more than its ``cached_len`` (written by that step, ahead on the device stream),
+        and the step buffers hold the inputs of the step after it: the moves and the
+        gathered rows, queued behind it, take both."""
         if not done:
             return
+        ahead = 1 if self._inflight is not None else 0
         batch, self._batch = self._batch, None
         gone = set(map(id, done))
         survivors = [r for r in self._running if id(r) not in gone]
@@ -1022,14 +1160,14 @@ class Engine:
         holes = sorted(r.slot for r in done if 0 <= r.slot < n)
         movers = sorted((r for r in survivors if r.slot >= n), key=lambda r: r.slot)
         for hole, r in zip(holes, movers, strict=True):
-            self.im.move_slot(r.slot, hole, r.cached_len)
+            self.im.move_slot(r.slot, hole, r.cached_len + ahead)
             r.slot = hole
         self._running = sorted(survivors, key=lambda r: r.slot)
         if self.fused_sampling and batch is not None and survivors:
             # the survivors' step rows are already on the device: gather them instead of
             # rebuilding the step from the host (the wider sampling mode serves them all)
             self.im.compact_step([old_rows[id(r)] for r in self._running])
-            batch.kv_len = max(r.cached_len for r in self._running) + 1
+            batch.kv_len = max(r.cached_len for r in self._running) + 1 + ahead
             self._batch = batch
 
     def _finish(self, req: GenRequest, reason: dict[str, Any]) -> None:

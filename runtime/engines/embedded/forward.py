@@ -878,7 +878,9 @@ class InferenceModel:
         assert self._live is not None, "load_step first"
         n, bs = len(rows), self._bucket(len(rows))
         src, st = self._states[self._live[0]], self._state(bs)
-        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        index = torch.tensor(rows, dtype=torch.long)
+        if self.device.type == "cuda":  # through pinned memory: no wait for a step in flight
+            index = index.pin_memory().to(self.device, non_blocking=True)
         for dst, old in zip(st.tensors(), src.tensors(), strict=True):
             dst[:n] = old.index_select(0, index)  # a copy first: safe when st is src
         st.pad(n)
@@ -907,7 +909,7 @@ class InferenceModel:
         assert self._live is not None, "load_step first"
         bs, n = self._live
         bucket = None
-        if self.graph_batch_sizes:
+        if self.graph_batch_sizes and self.device.type == "cuda":  # CPU: padded rows, eager
             bucket = graph_bucket(
                 bs, kv_len, self.graph_batch_sizes, self.graph_kv_step, self.cache_len
             )
