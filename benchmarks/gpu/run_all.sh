@@ -8,7 +8,7 @@
 # Stages: env raw decode trainer publish publish-nccl trl e2e moe dense-run moe-run dense-tensor
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
-# e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7
+# e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # bench-warm-base bench-warm-trainer (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -227,6 +227,12 @@ for s in "$@"; do
     # static cache, same weights, one process
     stage decode7 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
       --prompt-len 128 --new-tokens 256 --repeats 2 --variants graph,compile,fused --hf static \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  decode8)  # the overlap schedule (the default) against reading each step before the next
+    stage decode8 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 2 \
+      --variants graph,compile,fused graph,compile,fused,nooverlap --hf static \
       --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
     ;;
   olmoe-hf)
