@@ -255,6 +255,10 @@ def bench_engine(
             loaded, eng.im, batch, args.prompt_len, args.new_tokens, args.bandwidth
         )
         graphs = len(getattr(eng.im, "_graphs", {}) or {})
+        stats = {
+            k: eng.stats.get(k, 0)
+            for k in ("num_decode_steps", "num_overlapped_steps", "num_discarded_tokens")
+        }
         compiled = eng.im.compiled
         capture_s = float(getattr(eng.im, "capture_s", 0.0))
     finally:
@@ -280,6 +284,7 @@ def bench_engine(
         "graphs_captured": graphs,
         "compiled": compiled,
         "compile_and_capture_s": capture_s,
+        "engine_stats": stats,
     }
 
 
@@ -509,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
                 if kind == "engine":
                     r = bench_engine(loaded, prompts, b, args, item)
                     row["engine"][item.name] = r
-                    print(f"b{b} {label}: {r['tok_s']:.0f} tok/s {r['breakdown']} {r['micro']}")
+                    print(
+                        f"b{b} {label}: {r['tok_s']:.0f} tok/s {r['breakdown']} {r['micro']} {r['engine_stats']}"
+                    )
                 else:
                     row["hf"][item] = bench_hf(hf, prompts, b, args, item)
                     print(f"b{b} {label}: {row['hf'][item]['tok_s']:.0f} tok/s")

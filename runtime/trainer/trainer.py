@@ -129,6 +129,13 @@ def collective(fn: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def warm_rope_tables(model: torch.nn.Module, length: int, device: torch.device) -> None:
     """Build every RoPE module's sine/cosine tables for ``length`` positions now
     (OLMo-core's ``warmup_cache``), so no forward ever grows them."""
@@ -573,6 +580,7 @@ class Trainer:
         """One optimizer step over the global batch ``samples`` (every rank trains its share);
         returns metrics reduced over ranks."""
         t0 = time.perf_counter()
+        graphs0 = compiled_graphs()
         cfg = self.cfg.grpo
         self.model.train()
         _, samples = self.local_share(samples)
@@ -694,6 +702,8 @@ class Trainer:
             policy_version=float(self.policy_version),
             step_time_s=elapsed,
             tokens_per_s=sums["seq_tokens"] / max(elapsed, 1e-9),
+            # graphs dynamo compiled during this update (0 once the warm-up met every variant)
+            new_compiled_graphs=float(compiled_graphs() - graphs0),
         )
         metrics.update(router_metrics)
         if self.cfg.distill is not None:  # the student's KL to the teacher, as trained on
