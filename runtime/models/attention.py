@@ -199,8 +199,11 @@ class FlexDocAttentionBackend(TorchAttentionBackend):
         batch, seq_len = q.shape[0], q.shape[1]
         gqa = self.n_heads != self.n_kv_heads
         q, k, v = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
-        short = self.window_size == (-1, -1) or seq_len <= self.window_size[0] + 1
-        if cu_doc_lens is None and short:  # one causal document: SDPA's flash path
+        # one causal document within the window: SDPA's flash path (the length is compared
+        # only without documents: under torch.compile a comparison is a guard on the length)
+        if cu_doc_lens is None and (
+            self.window_size == (-1, -1) or seq_len <= self.window_size[0] + 1
+        ):
             att = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=self.scale, enable_gqa=gqa
             )

@@ -97,10 +97,15 @@ def _fp32_lm_head(model: torch.nn.Module) -> None:
 # OLMo-core's activation memory budget under compiled blocks: 0 is the memory of recomputing
 # every activation the partitioner can (the compiled counterpart of full recompute)
 RECOMPUTE_MEMORY_BUDGET = 0.0
-# the warm-up's dynamic row lengths: the first compiles a static graph, the second the
-# shape-dynamic one every later length reuses; two and three of FlexAttention's 128-token
-# blocks, so its block-mask sizes are dynamic too (a row of one block compiles once more)
-WARM_UP_ROW_LENGTHS = (192, 320)
+# the warm-up's dynamic row lengths: the first compiles a static graph, the second (the
+# longest row the run can meet, at least the minimum below) the shape-dynamic one every
+# later length reuses. The first spans two of FlexAttention's 128-token blocks, the second
+# more, so the block-mask sizes are dynamic too (a row of one block compiles once more).
+# Compiled at the longest row, the dynamic graphs carry no upper bound below it (a graph
+# compiled for a 320-token hint was bounded at 2559 tokens on an H200 and recompiled for the
+# first 8192-token row).
+WARM_UP_FIRST_ROW = 192
+WARM_UP_MIN_LONGEST_ROW = 320
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
 
 
@@ -240,7 +245,7 @@ class Trainer:
         self.model.to(self.device)
         # RoPE tables of the longest row from the start: a table grown mid-run would be a new
         # branch (and a new variant of every compiled block) at the first longer row
-        longest = max(cfg.max_row_tokens or 0, cfg.packing_max_tokens or 0, *WARM_UP_ROW_LENGTHS)
+        longest = self.longest_row_tokens()
         for m in (self.model, self.ref_model):
             if m is not None:
                 warm_rope_tables(m, longest, self.device)
@@ -429,6 +434,13 @@ class Trainer:
                 )
         return [self._shaped(r) for r in pack_samples(samples, max_tokens, routed)]
 
+    def longest_row_tokens(self) -> int:
+        """The longest row this run can meet (the packing budget, or the context for a
+        sample beyond it), at least the warm-up's second row."""
+        cfg = self.cfg
+        longest = max(cfg.max_row_tokens or 0, cfg.packing_max_tokens or 0)
+        return max(longest, self.static_row_tokens() or 0, WARM_UP_MIN_LONGEST_ROW)
+
     def static_row_tokens(self) -> int | None:
         """The one row length of ``row_specialization = "static"`` (None when dynamic):
         the packing budget, else the planned row length (the context)."""
@@ -541,7 +553,7 @@ class Trainer:
         buffers and the RNG are put back, the optimizer never steps: the first update starts
         from exactly the state it had. Returns how many rows ran."""
         static = self.static_row_tokens()
-        lengths = [static] if static else list(WARM_UP_ROW_LENGTHS)
+        lengths = [static] if static else [WARM_UP_FIRST_ROW, self.longest_row_tokens()]
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
         buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
