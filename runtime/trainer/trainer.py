@@ -101,9 +101,10 @@ RECOMPUTE_MEMORY_BUDGET = 0.0
 # longest row the run can meet, at least the minimum below) the shape-dynamic one every
 # later length reuses. The first spans two of FlexAttention's 128-token blocks, the second
 # more, so the block-mask sizes are dynamic too (a row of one block compiles once more).
-# Compiled at the longest row, the dynamic graphs carry no upper bound below it (a graph
-# compiled for a 320-token hint was bounded at 2559 tokens on an H200 and recompiled for the
-# first 8192-token row).
+# Compiled at the longest row, the dynamic graphs carry no upper bound below it: Inductor
+# indexes a buffer in 32 bits when it fits at the compile's length and guards that it still
+# fits (a graph compiled at 320 tokens was bounded at 2559 on an H200 and compiled again for
+# the first 8192-token row).
 WARM_UP_FIRST_ROW = 192
 WARM_UP_MIN_LONGEST_ROW = 320
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
