@@ -62,6 +62,11 @@ def bench(root: Path, gpus: int) -> dict[str, Any]:
         "generated": _median([float(r.get("tokens/generated") or 0) for r in records]),
         "trained": _median([float(r.get("tokens/total") or 0) for r in records]),
     }
+    # graphs compiled during updates: the warm-up should leave none for the run to meet
+    compiles = [r.get("train/new_compiled_graphs") for r in records]
+    if any(isinstance(c, int | float) for c in compiles):
+        counts = [int(c) if isinstance(c, int | float) else 0 for c in compiles]
+        out["update_compiles"] = {"first": counts[0], "later": sum(counts[1:])}
     out["startup"] = read_startup(Path(root))
     return out
 
@@ -91,6 +96,12 @@ def table(data: dict[str, Any]) -> str:
     tps = data["tokens_per_s_per_gpu"]
     label = f"tokens/s/GPU ({data['gpus']})"
     lines.append(f"{label:<22}{_fmt(tps['first'], 'tok'):>18}{_fmt(tps['steady'], 'tok'):>24}")
+    comp = data.get("update_compiles")
+    if comp:
+        lines.append(
+            f"graphs compiled by updates: {comp['first']} in the first collection, "
+            f"{comp['later']} later"
+        )
     tok = data["tokens_per_collection"]
     lines.append(
         f"tokens per collection: {_fmt(tok['generated'], 'tok')} generated + "

@@ -32,7 +32,7 @@ def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -
         {"collection": 1, "time/generate_s": 1.0, "time/train_s": 1.0, "time/collection_s": 2.0,
          "tokens/generated": 1000, "tokens/total": 3000},
         {"collection": 2, "time/generate_s": 1.0, "time/train_s": 3.0, "time/collection_s": 4.0,
-         "tokens/generated": 1000, "tokens/total": 3000},
+         "tokens/generated": 1000, "tokens/total": 3000, "train/new_compiled_graphs": 2.0},
     ]  # fmt: skip
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = bench(tmp_path, gpus=2)
@@ -42,4 +42,7 @@ def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -
     assert data["tokens_per_s_per_gpu"]["steady"] == 750.0
     text = table(data)
     assert "steady (median of 2)" in text and "tokens/s/GPU (2)" in text
+    # an update that compiled mid-run shows (records without the count read as 0)
+    assert data["update_compiles"] == {"first": 0, "later": 2}
+    assert "graphs compiled by updates: 0 in the first collection, 2 later" in text
     assert run_gpus({"used_gpus": 0}) == 1 and run_gpus({"used_gpus": 8}) == 8
