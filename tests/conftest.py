@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+
+import pytest
 
 _DIR: str | None = None
 
@@ -19,3 +22,15 @@ def pytest_configure(config: object) -> None:
 def pytest_unconfigure(config: object) -> None:
     if _DIR is not None:
         shutil.rmtree(_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny matmuls: one intra-op thread is fastest on shared CI cores (a module opts in
+    with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

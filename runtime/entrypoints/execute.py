@@ -249,9 +249,9 @@ class NodeRunner:
             return str(self.silence)
         if isinstance(exc, RunFailure):
             return str(exc)
-        died = self.sup.exit_cause(grace_s=2.0)
+        died = self.sup.first_death(grace_s=2.0)
         if died is not None:  # a request to it failed first: its exit is the cause
-            return died
+            return str(died)
         return f"{type(exc).__name__}: {exc}"
 
     def health_check(self) -> None:

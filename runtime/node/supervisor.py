@@ -120,23 +120,24 @@ class Supervisor:
         """Critical children that exited without being asked to."""
         return [c for c in self.children if c.critical and not c.expected_exit and not c.alive()]
 
-    def exit_cause(self, grace_s: float = 0.0) -> str | None:
-        """The one-line exit of the first critical child that died unasked, else None.
+    def first_death(self, grace_s: float = 0.0) -> ChildDied | None:
+        """The first critical child that died unasked, as its one-line `ChildDied`, else None.
 
         Waits up to ``grace_s`` for one: a request to a killed server fails (connection
         reset) a moment before its exit can be seen, and the exit is the cause to tell."""
         deadline = time.monotonic() + grace_s
         while True:
             for c in self.dead():
-                return str(ChildDied(c.name, c.proc.returncode, c.log_path))
+                return ChildDied(c.name, c.proc.returncode, c.log_path)
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
 
     def check(self) -> None:
         """Raise `ChildDied` for the first critical child that is gone."""
-        for c in self.dead():
-            raise ChildDied(c.name, c.proc.returncode, c.log_path)
+        died = self.first_death()
+        if died is not None:
+            raise died
 
     def start_servers(
         self,

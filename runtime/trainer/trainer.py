@@ -544,10 +544,9 @@ class Trainer:
     @collective
     def warm_up(self) -> int:
         """Run the log-prob forward, then a training forward and backward, on filler rows,
-        so that their
-        compiles (FlexAttention's, compiled blocks', and their backward under AOTAutograd)
-        happen before the first collection (the run does it while the engines capture their
-        decode graphs). Static rows: their one length. Dynamic rows: the log-prob forward at
+        so that their compiles (FlexAttention's, compiled blocks', and their backward under
+        AOTAutograd) happen before the first collection (the run does it while the engines
+        capture their decode graphs). Static rows: their one length. Dynamic rows: the log-prob forward at
         two lengths (the second compiles the shape-dynamic graph later lengths reuse), the
         training pass at the second only: dynamo already knows the length varies, so its one
         compile is shape-dynamic. The backward's gradients are all zero and are dropped,

@@ -30,12 +30,7 @@ MIXED = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rows(logits: torch.Tensor, batch: SamplingBatch, counters: torch.Tensor):  # type: ignore[no-untyped-def]

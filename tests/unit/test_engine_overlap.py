@@ -22,12 +22,7 @@ CONTEXT = 48
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _engine(overlap: bool, kind: str = "dense", **kw: Any) -> Engine:
@@ -117,6 +112,26 @@ def _mixed(overlap: bool, kind: str = "dense") -> tuple[list[dict], Engine]:
     return col.results, eng
 
 
+def _serve(eng: Engine, prompts: list[list[int]], params: list[SamplingParams], wait: float):
+    """Queue every request first (the same admissions in both engines), then run them."""
+    col = _Collector(len(prompts))
+    for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
+        eng.submit(eng.make_request(p, sp, col.cb(i), return_logprob=True))
+    eng.start()
+    try:
+        assert col.done.wait(wait), "engine did not finish"
+    finally:
+        eng.stop()
+    return col.results
+
+
+def _assert_same_outputs(plain: list[dict], over: list[dict], tol: float) -> None:
+    """Tokens, finish reasons, versions, experts and text equal; log-probs within ``tol``."""
+    for x, y in zip(_outputs(plain), _outputs(over), strict=True):
+        assert x[0] == y[0] and x[2:] == y[2:]
+        assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < tol
+
+
 def _outputs(results: list[dict]) -> list[tuple]:
     return [
         (
@@ -152,9 +167,7 @@ def test_overlapped_engine_returns_what_the_plain_one_returns(kind: str) -> None
     a, b = _outputs(plain_res), _outputs(over_res)
     # token for token; log-probs to the bit except where a request's steps attended a
     # different length (a request admitted one step later, behind a step in flight)
-    for x, y in zip(a, b, strict=True):
-        assert x[0] == y[0] and x[2:] == y[2:]
-        assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < 1e-5
+    _assert_same_outputs(plain_res, over_res, tol=1e-5)
     if kind == "dense":  # the anchor: every step the same shapes in both engines (an MoE
         assert a[0] == b[0]  # step groups rows by expert: its other rows matter)
     reasons = {r["meta_info"]["finish_reason"]["type"] for r in plain_res}
@@ -271,22 +284,13 @@ def test_graph_engine_overlapped_on_gpu() -> None:
             overlap_schedule=overlap,
             graph_kv_step=64,
         )
-        col = _Collector(10)
-        for i in range(10):
-            sp = _params(i, max_new_tokens=40 if i == 0 else 2 + (i * 5) % 9)
-            eng.submit(eng.make_request([3 + i, 4, 5 + i], sp, col.cb(i), return_logprob=True))
-        eng.start()
-        try:
-            assert col.done.wait(300), "engine did not finish"
-        finally:
-            eng.stop()
-        return col.results, eng
+        prompts = [[3 + i, 4, 5 + i] for i in range(10)]
+        params = [_params(i, max_new_tokens=40 if i == 0 else 2 + (i * 5) % 9) for i in range(10)]
+        return _serve(eng, prompts, params, wait=300), eng
 
     (plain, _), (over, eng) = run(False), run(True)
     assert eng.stats["num_overlapped_steps"] > 0
-    for x, y in zip(_outputs(plain), _outputs(over), strict=True):
-        assert x[0] == y[0] and x[2:] == y[2:]
-        assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < 1e-4
+    _assert_same_outputs(plain, over, tol=1e-4)
 
 
 def test_recurrent_model_overlapped(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -313,19 +317,13 @@ def test_recurrent_model_overlapped(tmp_path) -> None:  # type: ignore[no-untype
         )
         assert eng.im.recurrent is not None
         eng.im.graph_batch_sizes = [3]
-        col = _Collector(7)
-        for i in range(7):
-            sp = _params(i, stop=[], stop_token_ids=list(range(10, 30)) if i % 2 else [])
-            eng.submit(eng.make_request([3 + i, 4, 5, 6], sp, col.cb(i), return_logprob=True))
-        eng.start()
-        try:
-            assert col.done.wait(120), "engine did not finish"
-        finally:
-            eng.stop()
-        return col.results, eng
+        prompts = [[3 + i, 4, 5, 6] for i in range(7)]
+        params = [
+            _params(i, stop=[], stop_token_ids=list(range(10, 30)) if i % 2 else [])
+            for i in range(7)
+        ]
+        return _serve(eng, prompts, params, wait=120), eng
 
     (plain, _), (over, eng) = run(False), run(True)
     assert eng.stats["num_overlapped_steps"] > 0 and eng.stats["num_discarded_tokens"] > 0
-    for x, y in zip(_outputs(plain), _outputs(over), strict=True):
-        assert x[0] == y[0] and x[2:] == y[2:]
-        assert max((abs(u - v) for u, v in zip(x[1], y[1], strict=True)), default=0) < 1e-5
+    _assert_same_outputs(plain, over, tol=1e-5)

@@ -15,14 +15,7 @@ httpx = pytest.importorskip("httpx")
 from runtime.engines.embedded.inprocess import InProcessServer  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny matmuls: one intra-op thread is fastest on shared CI cores."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

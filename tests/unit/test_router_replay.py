@@ -27,12 +27,7 @@ from runtime.trainer.replay import (  # noqa: E402
 MOE = "builtin:tiny-moe"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _samples() -> list[Sample]:

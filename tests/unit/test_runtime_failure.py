@@ -65,19 +65,19 @@ def test_supervised_child_dying_at_start_up(tmp_path: Path) -> None:
     assert "Traceback" not in msg
 
 
-def test_exit_cause_names_a_child_that_died_mid_run(tmp_path: Path) -> None:
+def test_first_death_names_a_child_that_died_mid_run(tmp_path: Path) -> None:
     """A run that fails on a dropped connection tells the dead child's exit instead (seen
     when a lone engine is killed: the request's `Connection reset` arrives first)."""
     sup = Supervisor(log_dir=tmp_path, grace_s=2.0)
     alive = sup.start("router", [sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert sup.exit_cause() is None
+        assert sup.first_death() is None
         code = "import os, time; time.sleep(0.3); os.kill(os.getpid(), 9)"
         sup.start("engine:0", [sys.executable, "-c", code])
-        cause = sup.exit_cause(grace_s=30.0)  # waits for the exit
+        died = sup.first_death(grace_s=30.0)  # waits for the exit
     finally:
         sup.shutdown()
-    assert cause is not None and cause.startswith("engine:0 exited (killed by SIGKILL)")
+    assert died is not None and str(died).startswith("engine:0 exited (killed by SIGKILL)")
     assert alive.name == "router"
 
 
