@@ -16,10 +16,14 @@ instead of after the graph; opt-in in the engine until measured here), ``nooverl
 engine's ``overlap_schedule=False``; by default step N+1 is launched first and the host's
 bookkeeping of step N overlaps it) and ``sdpa=B`` (``default``, ``no-cudnn``, ``flash``,
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
-``math`` as the fallback for calls the fused kernel refuses). Each variant reports tok/s, a
+``math`` as the fallback for calls the fused kernel refuses), ``attn=flex`` (FlexAttention's
+block-sparse decode: each row reads its own KV blocks, one graph per batch size; the
+engine's ``--attention-backend flex_attention``). Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
-timings of one forward and one sample. ``transformers`` runs with
+timings of one forward and one sample; ``--kernel-profile`` adds one run under
+``torch.profiler``: GPU ms per decode step by kernel and by class (attention, matmul, ...).
+``transformers`` runs with
 its dynamic cache and its static cache (each optionally under an SDPA setting); the table
 compares against the best of them.
 
@@ -75,6 +79,7 @@ class Variant:
     # `fused` turns it off
     fused: bool = False
     overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
+    attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode
 
 
 def parse_variant(text: str) -> Variant:
@@ -98,12 +103,14 @@ def parse_variant(text: str) -> Variant:
                 v.prefill = int(value)
             elif key == "sdpa" and eq and value in SDPA_BACKENDS:
                 v.sdpa = value
+            elif key == "attn" and value in ("sdpa", "flex"):
+                v.attention = value
             else:
                 raise ValueError
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, attn=sdpa|flex, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -217,6 +224,7 @@ def bench_engine(
         compile_decode=v.compile,
         fused_sampling=v.fused,
         overlap_schedule=v.overlap,
+        decode_attention=v.attention,
     )
     setup_s = time.perf_counter() - t0
     eng.start()
@@ -251,6 +259,7 @@ def bench_engine(
             "outside_step_ms": (prof_wall - d["decode_s"] - d["prefill_s"]) / n * 1e3,
         }
         micro = micro_step(eng, batch, args)
+        kernels = kernel_profile(eng, prompts, batch, params) if args.kernel_profile else None
         bound = bandwidth_bound(
             loaded, eng.im, batch, args.prompt_len, args.new_tokens, args.bandwidth
         )
@@ -285,6 +294,65 @@ def bench_engine(
         "compiled": compiled,
         "compile_and_capture_s": capture_s,
         "engine_stats": stats,
+        "kernels": kernels,
+    }
+
+
+KERNEL_CLASSES = (  # first match wins: kernel name substrings -> what the kernel does
+    ("attention", ("fmha", "attention", "flash", "flex", "decoding")),
+    ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "sm80_", "ampere_")),
+    ("sort / scan", ("sort", "radix", "scan", "cub::")),
+    ("triton fused", ("triton_",)),
+    ("copy / index", ("copy", "memcpy", "memset", "index", "scatter", "gather", "cat")),
+)
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return cls
+    return "other"
+
+
+def kernel_profile(eng: Any, prompts: torch.Tensor, batch: int, params: Any) -> dict[str, Any]:
+    """One run under ``torch.profiler``: GPU time per kernel (the kernels inside graph
+    replays included), summed per decode step and per class (attention, matmul, ...), so
+    what holds the step back is named, not guessed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    s0 = eng.stats["num_decode_steps"]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wall = engine_run(eng, prompts, batch, params)
+    steps = max(1, eng.stats["num_decode_steps"] - s0)
+    per: dict[str, list[float]] = {}
+    for evt in prof.events():
+        if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        t = evt.time_range.elapsed_us()
+        acc = per.setdefault(evt.name, [0.0, 0.0])
+        acc[0] += t / 1e3  # us -> ms
+        acc[1] += 1
+    total = sum(v[0] for v in per.values())
+    classes: dict[str, float] = {}
+    for name, (ms, _) in per.items():
+        cls = kernel_class(name)
+        classes[cls] = classes.get(cls, 0.0) + ms / steps
+    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:25]
+    return {
+        "steps": steps,
+        "wall_ms_per_step": wall / steps * 1e3,
+        "gpu_ms_per_step": total / steps,
+        "class_ms_per_step": dict(sorted(classes.items(), key=lambda kv: -kv[1])),
+        "top": [
+            {
+                "kernel": n[:160],
+                "calls": int(c),
+                "ms_per_step": ms / steps,
+                "class": kernel_class(n),
+            }
+            for n, (ms, c) in top
+        ],
     }
 
 
@@ -418,6 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip what is left once this many seconds have passed (0: no limit)",
     )
     ap.add_argument("--bandwidth", type=float, default=4.3e12)
+    ap.add_argument(
+        "--kernel-profile",
+        action="store_true",
+        help="profile one more run per engine variant: GPU ms per decode step by kernel and class",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
     ap.add_argument("--device", default="cuda", help="cpu only for smoke tests")
     return ap
@@ -517,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"b{b} {label}: {r['tok_s']:.0f} tok/s {r['breakdown']} {r['micro']} {r['engine_stats']}"
                     )
+                    if r["kernels"]:
+                        print_kernels(r["kernels"])
                 else:
                     row["hf"][item] = bench_hf(hf, prompts, b, args, item)
                     print(f"b{b} {label}: {row['hf'][item]['tok_s']:.0f} tok/s")
@@ -535,6 +610,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {path}\n")
     print_table(report)
     return 0
+
+
+def print_kernels(k: dict[str, Any]) -> None:
+    print(
+        f"  kernels: {k['gpu_ms_per_step']:.3f} GPU ms / {k['wall_ms_per_step']:.3f} wall ms "
+        f"per decode step ({k['steps']} steps, prefill included)"
+    )
+    print("  " + ", ".join(f"{c} {ms:.3f}" for c, ms in k["class_ms_per_step"].items()))
+    for t in k["top"]:
+        print(
+            f"    {t['ms_per_step']:8.4f} ms {t['calls']:>7} x  {t['class']:<13} {t['kernel'][:110]}"
+        )
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         help="trainer.compile_model (default: on with CUDA, as derived for dense GPU runs)",
     )
     ap.add_argument("--recompute", action="store_true", help="trainer.activation_recompute")
+    ap.add_argument(
+        "--decode-attention",
+        choices=["sdpa", "flex"],
+        default=None,
+        help="the engine's decode attention (default: the engine's)",
+    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         max_running_requests=batch,
         context_length=max(map(len, prompt_ids)) + args.new_tokens + 8,
         cuda_graph=graph,
+        **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
     )
     eng.start()
     setup_s = time.perf_counter() - t0

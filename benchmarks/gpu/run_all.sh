@@ -9,7 +9,7 @@
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
-# bench-warm-base bench-warm-trainer (see the case below). Expects the
+# decode9 flex-test bench-warm-base bench-warm-trainer (see the case below). Expects the
 # wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -197,7 +197,7 @@ for s in "$@"; do
     n=${s#e2e5-}
     stage "$s" "$(( n > 256 ? 200 : 150 ))" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
       --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n${E2E_LABEL:-}" \
-      --deadline-s "$(( n > 256 ? 185 : 135 ))" --out "$RES"
+      --deadline-s "$(( n > 256 ? 185 : 135 ))" --out "$RES" ${E2E_ARGS:-}
     ;;
   # ---- round six: the MoE update on torch's grouped matrix product vs the capacity MLP ----
   moe-update)
@@ -234,6 +234,16 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 2 \
       --variants graph,compile,fused graph,compile,fused,nooverlap --hf static \
       --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  decode9)  # FlexAttention's block-sparse decode against SDPA over length buckets, with a
+    # kernel-level profile of each (GPU ms per decode step by kernel and class)
+    stage decode9 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile \
+      --variants graph,compile,fused graph,compile,fused,attn=flex --hf static \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  flex-test)  # the captured flex decode against SDPA on the GPU, and the CPU cases
+    stage flex-test 150 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_flex_decode.py
     ;;
   olmoe-hf)
     stage olmoe-hf 420 bash benchmarks/gpu/olmoe_hf.sh

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+# SGLang's --attention-backend names -> the embedded engine's decode attention
+ATTENTION_BACKENDS = {"torch_native": "sdpa", "flex_attention": "flex"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -145,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         "read, so the host's bookkeeping overlaps the device's step",
     )
     p.add_argument(
+        "--attention-backend",
+        default="torch_native",
+        choices=sorted(ATTENTION_BACKENDS),
+        help="decode attention (SGLang's names): torch_native = SDPA over the batch's "
+        "length bucket; flex_attention = FlexAttention's block-sparse decode, each row "
+        "reading only its own KV blocks (compiled decode on a GPU)",
+    )
+    p.add_argument(
         "--hf-template",
         default=None,
         help="tokenizer directory for an OLMo-core checkpoint source (model.hf_template)",
@@ -241,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         mem_fraction_static=args.mem_fraction_static,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         radix_cache=args.radix_cache,
+        decode_attention=ATTENTION_BACKENDS[args.attention_backend],
     )
     engine.start()
     server_args = {k: v for k, v in vars(args).items()}

@@ -266,6 +266,7 @@ class Engine:
         cuda_graph_max_bs: int | None = None,
         radix_cache: bool = True,
         overlap_schedule: bool = True,
+        decode_attention: str = "sdpa",
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -303,7 +304,11 @@ class Engine:
         self.max_total_tokens = pool if pool is not None else slots * context_length
         self.radix_cache = radix_cache
         self.im = InferenceModel(
-            self.model, max_slots=slots, capacity=context_length, device=device
+            self.model,
+            max_slots=slots,
+            capacity=context_length,
+            device=device,
+            decode_attention=decode_attention,
         )
         self.prefix = self._make_prefix_cache(per_token)
         # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)

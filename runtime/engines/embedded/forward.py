@@ -28,12 +28,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .flex_decode import decode_blocks, flex_decode_attention
 from .recurrent import RecurrentState, is_gdn
 from .sampling import SamplingBatch, sample_rows
 
 log = logging.getLogger(__name__)
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
+DECODE_ATTENTION = ("sdpa", "flex")
 # the fused step's samplers, each serving every row the ones before it serve
 SAMPLER_MODES = ("greedy", "sample", "truncate")
 
@@ -208,8 +210,14 @@ class InferenceModel:
         max_slots: int,
         capacity: int,
         device: torch.device | str = "cpu",
+        decode_attention: str = "sdpa",
     ):
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode attention must be one of {DECODE_ATTENTION}")
         self.model: Any = model.eval()
+        # "flex": FlexAttention's block-sparse decode (each row reads its own KV blocks, one
+        # graph per batch size); "sdpa": dense attention over the batch's length bucket
+        self.decode_attention = decode_attention
         self.device = torch.device(device)
         self.max_slots = max_slots
         self.capacity = capacity
@@ -633,8 +641,11 @@ class InferenceModel:
         here, once per step, and handed in as tensors."""
         bsz = tokens.shape[0]
         pos2 = positions.view(bsz, 1)
+        flex = self.decode_attention == "flex"
+        if flex:  # the block lists bound what each row reads: attend the whole cache row
+            length = self.cache_len
         dist = pos2 - torch.arange(length, device=self.device).view(1, -1)  # (B, L)
-        masks: dict[int | None, torch.Tensor] = {}
+        masks: dict[int | None, Any] = {}
         ropes: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}
         routed: list[torch.Tensor] = []
         h = self._embed(tokens.view(bsz, 1))
@@ -643,7 +654,9 @@ class InferenceModel:
             from torch import _dynamo
         for layer in self.layers:
             w = layer.window
-            if w not in masks:
+            if w not in masks and flex:
+                masks[w] = decode_blocks(positions, length, w)
+            elif w not in masks:
                 m = dist >= 0
                 if w is not None:
                     m = m & (dist < w)
@@ -653,9 +666,11 @@ class InferenceModel:
                 ropes[key] = self._rope_rows(layer, pos2)
             args = (h, self.k_cache[layer.index], self.v_cache[layer.index], positions)
             if dynamic:  # one shape-dynamic compile serves every batch and length bucket
-                for t in (h, positions, masks[w], *(ropes[key] or ())):
+                mask_parts = masks[w] if flex else (masks[w],)
+                for t in (h, positions, *mask_parts, *(ropes[key] or ())):
                     _dynamo.maybe_mark_dynamic(t, 0)
-                _dynamo.maybe_mark_dynamic(masks[w], 3)
+                if not flex:
+                    _dynamo.maybe_mark_dynamic(masks[w], 3)
             h, ex = self._regional("layer", self._decode_layer, layer, *args, ropes[key], masks[w])
             if ex is not None:
                 routed.append(ex)
@@ -672,14 +687,16 @@ class InferenceModel:
         vc: torch.Tensor,
         positions: torch.Tensor,
         rope_rows: tuple[torch.Tensor, torch.Tensor] | None,
-        mask: torch.Tensor,
+        mask: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One block of a decode step over its own cache rows ``kc``/``vc``. Everything that
         differs between layers comes in as a tensor, so the compiled block is traced once
         and reused by every layer wired the same way (regional compilation: a fraction of
-        the whole step's trace and compile time, the same kernels)."""
+        the whole step's trace and compile time, the same kernels). ``mask``: the boolean
+        ``(B, 1, 1, L)`` mask (SDPA) or ``decode_blocks``' block lists (flex)."""
         bsz = x.shape[0]
-        length = mask.shape[-1]
+        flex = isinstance(mask, tuple)
+        length = kc.shape[2] if flex else mask.shape[-1]
         routed: list[torch.Tensor] = []
 
         def attend(lay: _Layer, inp: torch.Tensor) -> torch.Tensor:
@@ -690,6 +707,17 @@ class InferenceModel:
             rows = torch.arange(bsz, device=inp.device)
             kc[rows, :, positions] = k[:, 0]
             vc[rows, :, positions] = v[:, 0]
+            if flex:
+                att = flex_decode_attention(
+                    q.transpose(1, 2),
+                    kc[:bsz],
+                    vc[:bsz],
+                    positions,
+                    mask,
+                    lay.scale,
+                    lay.gqa,
+                )
+                return self._attn_out(lay, inp, att)
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 kc[:bsz, :, :length],
@@ -740,7 +768,8 @@ class InferenceModel:
         # shape-dynamic compile (size 1 always specializes, which cost a compile of its own)
         default = [2**i for i in range(1, 16)] if self.max_slots > 1 else None
         self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default, max_bs)
-        self.graph_kv_step = max(0, int(kv_step))
+        # flex: each row reads only its own blocks, so one length bucket (the cache row)
+        self.graph_kv_step = 0 if self.decode_attention == "flex" else max(0, int(kv_step))
         self._graphs = {}
         self._graph_pool = torch.cuda.graph_pool_handle()
 
