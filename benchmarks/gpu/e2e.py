@@ -242,9 +242,19 @@ def main(argv: list[str] | None = None) -> int:
                 break
             ids = prompt_ids[c * args.prompts : (c + 1) * args.prompts]
             sync()
+            stats0, timings0 = dict(eng.stats), dict(eng.timings)
             t_start = time.perf_counter()
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
+            # where generation went: decode steps (256 new tokens need ~256), prefill seconds
+            engine_delta = {
+                "decode_steps": eng.stats["num_decode_steps"] - stats0["num_decode_steps"],
+                "overlapped_steps": eng.stats["num_overlapped_steps"]
+                - stats0["num_overlapped_steps"],
+                "prefill_s": eng.timings["prefill_s"] - timings0["prefill_s"],
+                "decode_s": eng.timings["decode_s"] - timings0["decode_s"],
+                "capture_s": float(getattr(eng.im, "capture_s", 0.0)),
+            }
             rewards = [task.reward(r["text"]) for r in results]
             samples = []
             for p in range(args.prompts):
@@ -287,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 "update_new_compiled_graphs": _compiled_graphs() - graphs0,
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),
+                "engine": engine_delta,
+                "prompt_tokens": [len(x) for x in ids],
             }
             colls.append(row)
             print(f"collection {c}: {row}", flush=True)
