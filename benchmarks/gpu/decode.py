@@ -190,8 +190,7 @@ def engine_run(eng: Any, prompts: torch.Tensor, batch: int, params: Any) -> floa
     reqs = [eng.make_request(prompts[i].tolist(), params, cb) for i in range(batch)]
     sync()
     t0 = time.perf_counter()
-    for r in reqs:
-        eng.submit(r)
+    eng.submit_many(reqs)
     if not done.wait(600):
         raise TimeoutError("engine did not finish")
     sync()

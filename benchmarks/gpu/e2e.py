@@ -61,10 +61,12 @@ def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> 
         return cb
 
     k = 0
-    for ids in prompt_ids:
+    for ids in prompt_ids:  # one submission per group, as the server queues a request's n
+        reqs = []
         for _ in range(group):
-            eng.submit(eng.make_request(ids, params, make_cb(k), return_logprob=True))
+            reqs.append(eng.make_request(ids, params, make_cb(k), return_logprob=True))
             k += 1
+        eng.submit_many(reqs)
     if not done.wait(900):
         raise TimeoutError("generation did not finish")
     for r in results:

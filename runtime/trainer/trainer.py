@@ -97,16 +97,17 @@ def _fp32_lm_head(model: torch.nn.Module) -> None:
 # OLMo-core's activation memory budget under compiled blocks: 0 is the memory of recomputing
 # every activation the partitioner can (the compiled counterpart of full recompute)
 RECOMPUTE_MEMORY_BUDGET = 0.0
-# the warm-up's dynamic row lengths: the first compiles a static graph, the second (the
-# longest row the run can meet, at least the minimum below) the shape-dynamic one every
-# later length reuses. The first spans two of FlexAttention's 128-token blocks, the second
-# more, so the block-mask sizes are dynamic too (a row of one block compiles once more).
-# Compiled at the longest row, the dynamic graphs carry no upper bound below it: Inductor
-# indexes a buffer in 32 bits when it fits at the compile's length and guards that it still
-# fits (a graph compiled at 320 tokens was bounded at 2559 on an H200 and compiled again for
-# the first 8192-token row).
+# the warm-up's dynamic row lengths: a doubling ladder from the first row to the longest
+# the run can meet. The first compiles a static graph, the second the shape-dynamic one;
+# a later length compiles again only where Inductor specialized the graph before it, and
+# it does: a buffer indexed in 32 bits at the compile's length is guarded to still fit
+# (bounded at 2559 tokens on an H200 with a 100k vocabulary), and the graphs compiled at
+# 8192 tokens were guarded ``4096 <= T``, so a short row compiled again in the first
+# update. Each regime the run's rows fall in is now compiled before the first update;
+# lengths inside a compiled regime only run the rows. The first row spans two of
+# FlexAttention's 128-token blocks.
 WARM_UP_FIRST_ROW = 192
-WARM_UP_MIN_LONGEST_ROW = 320
+WARM_UP_MIN_LONGEST_ROW = 320  # the ladder's top at least: the block-mask sizes vary too
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
 
 
@@ -442,6 +443,18 @@ class Trainer:
         longest = max(cfg.max_row_tokens or 0, cfg.packing_max_tokens or 0)
         return max(longest, self.static_row_tokens() or 0, WARM_UP_MIN_LONGEST_ROW)
 
+    def warm_up_lengths(self) -> list[int]:
+        """The row lengths the warm-up runs: the static length, or the doubling ladder from
+        ``WARM_UP_FIRST_ROW`` up to the longest row (see there why every rung)."""
+        static = self.static_row_tokens()
+        if static:
+            return [static]
+        longest = self.longest_row_tokens()
+        lengths = [WARM_UP_FIRST_ROW]
+        while lengths[-1] * 2 < longest:
+            lengths.append(lengths[-1] * 2)
+        return [*lengths, longest]
+
     def static_row_tokens(self) -> int | None:
         """The one row length of ``row_specialization = "static"`` (None when dynamic):
         the packing budget, else the planned row length (the context)."""
@@ -546,14 +559,13 @@ class Trainer:
         """Run the log-prob forward, then a training forward and backward, on filler rows,
         so that their compiles (FlexAttention's, compiled blocks', and their backward under
         AOTAutograd) happen before the first collection (the run does it while the engines
-        capture their decode graphs). Static rows: their one length. Dynamic rows: the log-prob forward at
-        two lengths (the second compiles the shape-dynamic graph later lengths reuse), the
-        training pass at the second only: dynamo already knows the length varies, so its one
-        compile is shape-dynamic. The backward's gradients are all zero and are dropped,
-        buffers and the RNG are put back, the optimizer never steps: the first update starts
-        from exactly the state it had. Returns how many rows ran."""
-        static = self.static_row_tokens()
-        lengths = [static] if static else [WARM_UP_FIRST_ROW, self.longest_row_tokens()]
+        capture their decode graphs). Static rows: their one length. Dynamic rows: both
+        passes at every length of ``warm_up_lengths``, so every specialization a row of the
+        run can fall in is compiled here (a rung inside a compiled one only runs). The
+        backward's gradients are all zero and are dropped, buffers and the RNG are put
+        back, the optimizer never steps: the first update starts from exactly the state it
+        had. Returns how many rows ran."""
+        lengths = self.warm_up_lengths()
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
         buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
@@ -567,17 +579,16 @@ class Trainer:
             t1 = time.perf_counter()
             self.model.train()  # as train_step runs (a compiled block is specialized on it)
             with torch.random.fork_rng(devices=devices):
-                row = rows[-1]
-                logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
-                loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
-                loss.backward()
+                for row in rows:
+                    logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
+                    loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
+                    loss.backward()
             log.info(
-                "trainer warm-up: log-prob forward %.1f s (rows of %s tokens), training pass "
-                "%.1f s (%d tokens)",
+                "trainer warm-up: log-prob forward %.1f s, training pass %.1f s (rows of %s "
+                "tokens)",
                 t1 - t0,
-                "/".join(map(str, lengths)),
                 time.perf_counter() - t1,
-                lengths[-1],
+                "/".join(map(str, lengths)),
             )
         finally:
             self.optimizer.zero_grad(set_to_none=True)
@@ -585,7 +596,7 @@ class Trainer:
                 for name, b in self.model.named_buffers():
                     b.copy_(buffers[name])
             self.model.train(was_training)
-        return len(rows) + 1
+        return 2 * len(rows)
 
     @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:

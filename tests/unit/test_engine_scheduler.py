@@ -426,3 +426,32 @@ def test_graph_bucket_path_matches_eager(loaded):
         lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
         lp_b = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
         assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4
+
+
+def test_requests_submitted_together_share_one_admission(loaded):
+    """``submit_many`` (the server's path for a batch or a group's ``n`` samples) queues a
+    burst at once: one admission round prefills all of it, and the results are those of
+    requests submitted one by one."""
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16], [3, 4]]
+    params = SamplingParams(max_new_tokens=5, temperature=0.0)
+    eng = _engine(loaded, max_running_requests=4)
+    try:
+        one_by_one = _run(eng, prompts, params)
+        done = threading.Event()
+        results: list = [None] * len(prompts)
+
+        def cb(i):
+            def f(res):
+                results[i] = res
+                if all(r is not None for r in results):
+                    done.set()
+
+            return f
+
+        before = eng.stats["num_admissions"]
+        eng.submit_many([eng.make_request(p, params, cb(i)) for i, p in enumerate(prompts)])
+        assert done.wait(60), "engine did not finish"
+        assert eng.stats["num_admissions"] - before == 1
+    finally:
+        eng.stop()
+    assert [r["output_ids"] for r in results] == [r["output_ids"] for r in one_by_one]

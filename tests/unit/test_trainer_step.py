@@ -108,6 +108,18 @@ def test_kl_reference_is_frozen() -> None:
     assert state_checksum(tr.ref_model.state_dict()) == ref_sum
 
 
+def test_warm_up_lengths_climb_to_the_longest_row() -> None:
+    """A doubling ladder from the first row to the longest the run can meet (8192 here),
+    crossing the 32-bit indexing bound and the sliding window on the way; one length for
+    static rows."""
+    packed = Trainer(TrainerConfig(sequence_packing=True, packing_max_tokens=8192))
+    assert packed.warm_up_lengths() == [192, 384, 768, 1536, 3072, 6144, 8192]
+    static = TrainerConfig(
+        sequence_packing=True, packing_max_tokens=512, row_specialization="static"
+    )
+    assert Trainer(static).warm_up_lengths() == [512]
+
+
 def test_publication_dtype_and_checksum() -> None:
     tr = Trainer(TrainerConfig())
     pub = tr.state_dict_for_publication(dtype=torch.bfloat16)
@@ -139,13 +151,15 @@ def test_warm_up_runs_forwards_and_changes_nothing(rows: str) -> None:
         return forward(*args, **kwargs)
 
     tr._forward_selected = spy  # type: ignore[method-assign]
-    assert tr.warm_up() == (3 if rows == "dynamic" else 2)
+    lengths = tr.warm_up_lengths()
+    assert tr.warm_up() == 2 * len(lengths)
     del tr._forward_selected
     # as compute_logprobs runs (eval, no autograd), then as train_step runs (train, autograd)
     assert seen == {(False, False), (True, True)}
-    # the training pass compiles at the longest row the run can meet: Inductor's 32-bit
-    # indexing guards then bound no shorter row
-    assert trained == [tr.static_row_tokens() or tr.longest_row_tokens()]
+    # both passes run every rung up to the longest row the run can meet, so each of
+    # Inductor's specializations (32-bit indexing, past the window) is compiled here
+    assert trained == lengths
+    assert lengths[-1] == (tr.static_row_tokens() or tr.longest_row_tokens())
     assert tr.model.training == mode
     assert _max_diff(before, _params(tr)) == 0.0
     assert all(p.grad is None for p in tr.model.parameters())

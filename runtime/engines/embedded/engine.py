@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,6 +367,7 @@ class Engine:
             "num_cache_flushes": 0,
             "num_overlapped_steps": 0,  # decode steps launched before the previous was read
             "num_discarded_tokens": 0,  # their tokens for requests that stopped meanwhile
+            "num_admissions": 0,  # admission rounds (each: a drain, prefill forwards, a sync)
         }
         self._flushes: list[threading.Event] = []
 
@@ -468,9 +469,17 @@ class Engine:
         return req
 
     def submit(self, req: GenRequest) -> None:
+        self.submit_many([req])
+
+    def submit_many(self, reqs: Sequence[GenRequest]) -> None:
+        """Queue requests together: the scheduler sees all of them in one admission, so
+        they share one prefill round. Submitted one by one, a burst (a GRPO group, a
+        collection) trickles in while the scheduler runs, and every few requests cost a
+        prefill round of their own (drain, forward, host sync): about 1 s of a 2.3 s
+        collection of 128 samples on one NVIDIA H200."""
         with self._lock:
-            self.stats["num_requests_total"] += 1
-            self._waiting.append(req)
+            self.stats["num_requests_total"] += len(reqs)
+            self._waiting.extend(reqs)
             self._lock.notify_all()
 
     def abort(self, rid: str | None, abort_all: bool = False) -> None:
@@ -809,6 +818,7 @@ class Engine:
             self.stats["num_prompt_tokens"] += len(req.prompt_ids)
             self._finish(req, {"type": "length", "length": 0})
         if admitted:
+            self.stats["num_admissions"] += 1
             self._drain()  # the new rows join after the step in flight is read
             t0 = time.perf_counter()
             # similar lengths share a chunk: less padding (slot order does not matter)

@@ -125,8 +125,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _error(f"invalid request: {exc}")
     if not engine.alive:
         return _error("the engine's scheduler is not running", 503)
-    for r in reqs:
-        engine.submit(r)
+    engine.submit_many(reqs)  # a batch or a group (n samples): one admission round
     try:
         results = await asyncio.gather(*futures)
     except asyncio.CancelledError:
