@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
             engine_delta = {
                 "decode_steps": eng.stats["num_decode_steps"] - stats0["num_decode_steps"],
+                "admissions": eng.stats["num_admissions"] - stats0["num_admissions"],
                 "overlapped_steps": eng.stats["num_overlapped_steps"]
                 - stats0["num_overlapped_steps"],
                 "prefill_s": eng.timings["prefill_s"] - timings0["prefill_s"],
