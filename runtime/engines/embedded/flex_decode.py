@@ -8,6 +8,10 @@ KV blocks are listed in a ``BlockMask`` built from the step's positions, so the 
 (flex decoding: split over the KV length when the batch is small) reads only the blocks
 up to each row's position, and one graph per batch size serves every length. Built from
 plain tensor ops, so it is traced into the compiled step and captured with it.
+
+Opt-in: cuDNN's SDPA already reads the padded buckets at the copy rate, so this pays off
+only where Inductor's decoding kernel reads the needed blocks as fast (it needs a static
+batch size: ``InferenceModel.enable_compile`` compiles the block per batch size for it).
 """
 
 from __future__ import annotations
