@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 - stats0["num_overlapped_steps"],
                 "prefill_s": eng.timings["prefill_s"] - timings0["prefill_s"],
                 "decode_s": eng.timings["decode_s"] - timings0["decode_s"],
+                # radix-tree copies and eviction, inside prefill_s and decode_s
+                "prefix_cache_s": eng.timings["prefix_cache_s"] - timings0["prefix_cache_s"],
                 "capture_s": float(getattr(eng.im, "capture_s", 0.0)),
             }
             rewards = [task.reward(r["text"]) for r in results]

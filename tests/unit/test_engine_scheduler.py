@@ -331,6 +331,8 @@ def test_timings_are_recorded_with_profile(loaded):
     t = eng.timings
     assert t["prefill_s"] > 0 and t["decode_s"] > 0
     assert 0 < t["forward_s"] + t["sample_s"] <= t["decode_s"]
+    # the radix tree's copies happen inside admission and retirement
+    assert 0 < t["prefix_cache_s"] <= t["prefill_s"] + t["decode_s"]
 
 
 def test_sampled_tokens_survive_composition_changes_and_long_runs(loaded):

@@ -342,6 +342,9 @@ class Engine:
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
+        # radix-tree host time inside the phases above: matching and copying cached prefixes in,
+        # copying finished and prefilled K/V out, evicting (the tree holds copies)
+        self.timings["prefix_cache_s"] = 0.0
         self._lock = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
         self._running: list[GenRequest] = []
@@ -927,15 +930,19 @@ class Engine:
         (input log-probs, routed experts), so it is prefilled whole."""
         if self.prefix is None or whole:
             return 0
-        found = self.prefix.match(req.prefill_ids[:-1])
-        if found.length == 0:
-            return 0
-        self.prefix.lock(found.node)
-        req.prefix_node = found.node
-        pos = 0
-        for segment in found.segments:
-            pos += self.im.write_kv(req.slot, pos, segment)
-        return found.length
+        t0 = time.perf_counter()
+        try:
+            found = self.prefix.match(req.prefill_ids[:-1])
+            if found.length == 0:
+                return 0
+            self.prefix.lock(found.node)
+            req.prefix_node = found.node
+            pos = 0
+            for segment in found.segments:
+                pos += self.im.write_kv(req.slot, pos, segment)
+            return found.length
+        finally:
+            self.timings["prefix_cache_s"] += time.perf_counter() - t0
 
     def _cache_sequence(self, req: GenRequest, length: int | None = None) -> None:
         """Insert ``req``'s first ``length`` tokens (default: all whose K/V its slot holds)
@@ -944,6 +951,7 @@ class Engine:
         tree = self.prefix
         if tree is None or req.slot < 0 or req.kv_generation != tree.generation:
             return
+        t0 = time.perf_counter()
         n = req.cached_len if length is None else length
         tokens = (req.prompt_ids + req.output_ids)[:n]
         slot = req.slot
@@ -951,6 +959,7 @@ class Engine:
         tree.lock(node)
         self._release_prefix(req)
         req.prefix_node = node
+        self.timings["prefix_cache_s"] += time.perf_counter() - t0
 
     def _release_prefix(self, req: GenRequest) -> None:
         if req.prefix_node is not None and self.prefix is not None:
