@@ -644,7 +644,7 @@ class InferenceModel:
         flex = self.decode_attention == "flex"
         if flex:  # the block lists bound what each row reads: attend the whole cache row
             length = self.cache_len
-        dist = pos2 - torch.arange(length, device=self.device).view(1, -1)  # (B, L)
+        dist = None if flex else pos2 - torch.arange(length, device=self.device).view(1, -1)
         masks: dict[int | None, Any] = {}
         ropes: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}
         routed: list[torch.Tensor] = []
@@ -660,6 +660,7 @@ class InferenceModel:
             if w not in masks and flex:
                 masks[w] = decode_blocks(positions, length, w)
             elif w not in masks:
+                assert dist is not None  # (B, L): position minus key index
                 m = dist >= 0
                 if w is not None:
                     m = m & (dist < w)
@@ -879,8 +880,8 @@ class InferenceModel:
 
         # flex: Inductor picks its split-KV decoding kernel only for a static batch size
         # (the split count depends on it); a dynamic batch gets the prefill-shaped kernel,
-        # 1.7x slower than SDPA at batch 256 on one NVIDIA H200. So one compile per batch
-        # bucket (the length is static already: the whole cache row)
+        # whose attention took 1.7x SDPA's at batch 256 on one NVIDIA H200. So one compile
+        # per batch bucket (the length is static already: the whole cache row)
         flex = self.decode_attention == "flex"
         self._regions = {
             "layer": region(self._decode_layer, False if flex else None),
