@@ -476,10 +476,10 @@ class Engine:
 
     def submit_many(self, reqs: Sequence[GenRequest]) -> None:
         """Queue requests together: the scheduler sees all of them in one admission, so
-        they share one prefill round. Submitted one by one, a burst (a GRPO group, a
-        collection) trickles in while the scheduler runs, and every few requests cost a
-        prefill round of their own (drain, forward, host sync): about 1 s of a 2.3 s
-        collection of 128 samples on one NVIDIA H200."""
+        they share one prefill round (and a group's identical prompts one forward).
+        Submitted one by one, a burst (a GRPO group, a collection) can trickle in while
+        the scheduler runs, and every few requests then cost an admission round of their
+        own: a drain, a prefill forward, a host sync (``num_admissions`` counts them)."""
         with self._lock:
             self.stats["num_requests_total"] += len(reqs)
             self._waiting.extend(reqs)
