@@ -103,9 +103,10 @@ RECOMPUTE_MEMORY_BUDGET = 0.0
 # it does: a buffer indexed in 32 bits at the compile's length is guarded to still fit
 # (bounded at 2559 tokens on an H200 with a 100k vocabulary), and the graphs compiled at
 # 8192 tokens were guarded ``4096 <= T``, so a short row compiled again in the first
-# update. Each regime the run's rows fall in is now compiled before the first update;
-# lengths inside a compiled regime only run the rows. The first row spans two of
-# FlexAttention's 128-token blocks.
+# update. A rung lands in each regime seen (up to 2559 tokens, 2560-4095, 4096 and up), so
+# each is compiled before the first update; a regime narrower than a doubling could still
+# fall between two rungs. Lengths inside a compiled regime only run the rows. The first
+# row spans two of FlexAttention's 128-token blocks.
 WARM_UP_FIRST_ROW = 192
 WARM_UP_MIN_LONGEST_ROW = 320  # the ladder's top at least: the block-mask sizes vary too
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
