@@ -74,13 +74,6 @@ def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> 
     return results  # type: ignore[return-value]
 
 
-def _compiled_graphs() -> int:
-    """Graphs dynamo has compiled in this process so far (a recompile adds one)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="builtin:olmo3-1b?vocab_size=100352")
@@ -126,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.engines.embedded.sampling import SamplingParams
     from runtime.publication.disk import write_snapshot
     from runtime.trainer import Sample, Trainer, TrainerConfig, group_advantages
+    from runtime.trainer.trainer import compiled_graphs
 
     cuda = args.device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -249,17 +243,14 @@ def main(argv: list[str] | None = None) -> int:
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
-            engine_delta = {
-                "decode_steps": eng.stats["num_decode_steps"] - stats0["num_decode_steps"],
-                "admissions": eng.stats["num_admissions"] - stats0["num_admissions"],
-                "overlapped_steps": eng.stats["num_overlapped_steps"]
-                - stats0["num_overlapped_steps"],
-                "prefill_s": eng.timings["prefill_s"] - timings0["prefill_s"],
-                "decode_s": eng.timings["decode_s"] - timings0["decode_s"],
-                # radix-tree copies and eviction, inside prefill_s and decode_s
-                "prefix_cache_s": eng.timings["prefix_cache_s"] - timings0["prefix_cache_s"],
-                "capture_s": float(getattr(eng.im, "capture_s", 0.0)),
+            # (prefix_cache_s: the radix tree's host time, inside prefill_s and decode_s)
+            engine_delta: dict[str, float] = {
+                k.removeprefix("num_"): eng.stats[k] - stats0[k]
+                for k in ("num_decode_steps", "num_admissions", "num_overlapped_steps")
             }
+            for k in ("prefill_s", "decode_s", "prefix_cache_s"):
+                engine_delta[k] = eng.timings[k] - timings0[k]
+            engine_delta["capture_s"] = float(getattr(eng.im, "capture_s", 0.0))
             rewards = [task.reward(r["text"]) for r in results]
             samples = []
             for p in range(args.prompts):
@@ -273,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             # what the update's time may depend on: packed rows (their lengths set the
             # FlexAttention block masks) and compiles it triggers
             rows = trainer._rows(samples)
-            graphs0 = _compiled_graphs()
+            graphs0 = compiled_graphs()
             t_score = time.perf_counter()
             metrics = trainer.train_step(samples)
             sync()
@@ -299,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 "total_s": t_pub - t_start,
                 "gen_tokens": sum(len(r["output_ids"]) for r in results),
                 "update_rows": [int(r.input_ids.numel()) for r in rows],
-                "update_new_compiled_graphs": _compiled_graphs() - graphs0,
+                "update_new_compiled_graphs": compiled_graphs() - graphs0,
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),
                 "engine": engine_delta,

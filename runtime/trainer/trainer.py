@@ -439,7 +439,7 @@ class Trainer:
 
     def longest_row_tokens(self) -> int:
         """The longest row this run can meet (the packing budget, or the context for a
-        sample beyond it), at least the warm-up's second row."""
+        sample beyond it), at least ``WARM_UP_MIN_LONGEST_ROW``: the warm-up ladder's top."""
         cfg = self.cfg
         longest = max(cfg.max_row_tokens or 0, cfg.packing_max_tokens or 0)
         return max(longest, self.static_row_tokens() or 0, WARM_UP_MIN_LONGEST_ROW)

@@ -341,10 +341,15 @@ class Engine:
         self._inflight: _InFlight | None = None
         self._batch: _DecodeBatch | None = None
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
-        self.timings = {"prefill_s": 0.0, "decode_s": 0.0, "forward_s": 0.0, "sample_s": 0.0}
-        # radix-tree host time inside the phases above: matching and copying cached prefixes in,
-        # copying finished and prefilled K/V out, evicting (the tree holds copies)
-        self.timings["prefix_cache_s"] = 0.0
+        self.timings = {
+            "prefill_s": 0.0,
+            "decode_s": 0.0,
+            "forward_s": 0.0,
+            "sample_s": 0.0,
+            # the radix tree's host time inside prefill and decode: matching and copying
+            # cached prefixes in, copying prefilled and finished K/V out (it holds copies)
+            "prefix_cache_s": 0.0,
+        }
         self._lock = threading.Condition()
         self._waiting: deque[GenRequest] = deque()
         self._running: list[GenRequest] = []

@@ -697,7 +697,7 @@ class InferenceModel:
         the whole step's trace and compile time, the same kernels). ``mask``: the boolean
         ``(B, 1, 1, L)`` mask (SDPA) or ``decode_blocks``' block lists (flex)."""
         bsz = x.shape[0]
-        flex = isinstance(mask, tuple)
+        flex = self.decode_attention == "flex"
         length = kc.shape[2] if flex else mask.shape[-1]
         routed: list[torch.Tensor] = []
 
