@@ -330,6 +330,7 @@ def test_timings_are_recorded_with_profile(loaded):
         eng.stop()
     t = eng.timings
     assert t["prefill_s"] > 0 and t["decode_s"] > 0
+    assert 0 < t["prefill_wait_s"] < t["prefill_s"]
     assert 0 < t["forward_s"] + t["sample_s"] <= t["decode_s"]
     # the radix tree's copies happen inside admission and retirement
     assert 0 < t["prefix_cache_s"] <= t["prefill_s"] + t["decode_s"]
@@ -457,3 +458,81 @@ def test_requests_submitted_together_share_one_admission(loaded):
     finally:
         eng.stop()
     assert [r["output_ids"] for r in results] == [r["output_ids"] for r in one_by_one]
+
+
+def test_a_group_never_straddles_two_prefill_chunks(loaded):
+    """A chunk's token budget counts one row per group of identical prompts, and a group is
+    prefilled whole inside one chunk: its samples copy the leader's K/V (no second forward
+    from the tree), and each sample's seeded tokens are those it gets alone."""
+    a, b = [5, 6, 7, 8, 9, 10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27]
+    prompts = [a, a, a, b, b, b]
+    params = [
+        SamplingParams(max_new_tokens=4, temperature=0.9, sampling_seed=40 + i, ignore_eos=True)
+        for i in range(6)
+    ]
+    # 20 padded tokens: two 8-token rows fit, so per request the groups would straddle
+    eng = _engine(loaded, max_running_requests=6, prefill_tokens=20)
+    rows: list[int] = []
+    prefill = eng.im.prefill_batch
+
+    def counted(seqs, slots, **kw):
+        rows.append(len(seqs))
+        return prefill(seqs, slots, **kw)
+
+    eng.im.prefill_batch = counted
+    try:
+        together = _run(eng, prompts, params)
+        eng.flush_cache()
+        rows_together = list(rows)
+        alone = [_run(eng, [p], [sp])[0] for p, sp in zip(prompts, params, strict=True)]
+    finally:
+        eng.stop()
+    assert rows_together == [2]  # one forward, one row per distinct prompt
+    assert [r["output_ids"] for r in together] == [r["output_ids"] for r in alone]
+
+
+def test_admission_waits_for_a_burst_to_settle(loaded):
+    """The hold before admitting: until arrivals have paused ``admission_quiet_s``, never
+    past ``admission_window_s`` after the first waiting arrival; nothing waiting, no hold."""
+    eng = Engine(
+        loaded,
+        model_path="test",
+        max_running_requests=4,
+        context_length=128,
+        admission_quiet_s=0.01,
+        admission_window_s=0.05,
+    )
+    params = SamplingParams(max_new_tokens=2)
+    assert eng.admission_wait(100.0) == 0.0
+    eng.submit_many([eng.make_request([1, 2], params, lambda r: None)])
+    t0 = eng._first_arrival
+    assert eng.admission_wait(t0) == pytest.approx(0.01)
+    assert eng.admission_wait(t0 + 0.011) == 0.0  # quiet long enough
+    for k in range(1, 6):  # arrivals keep coming: the window caps the hold
+        eng._last_arrival = t0 + 0.009 * k
+    assert eng.admission_wait(t0 + 0.045) == pytest.approx(0.005)
+    assert eng.admission_wait(t0 + 0.05) == 0.0
+
+
+def test_groups_arriving_apart_are_admitted_in_one_round(loaded):
+    """Four groups submitted 20 ms apart from another thread (a collection's HTTP
+    requests) are held and admitted in one round; with gathering off, each group that
+    arrives to an idle engine is admitted on its own."""
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+    groups = [[[5, 6, 7]] * 2, [[8, 9]] * 2, [[10, 11, 12, 13]] * 2, [[14]] * 2]
+
+    def admissions(gap: float, **kw) -> int:
+        eng = _engine(loaded, max_running_requests=8, **kw)
+        done = threading.Semaphore(0)
+        try:
+            for g in groups:
+                eng.submit_many([eng.make_request(p, params, lambda r: done.release()) for p in g])
+                time.sleep(gap)
+            for _ in range(8):
+                assert done.acquire(timeout=60)
+            return eng.stats["num_admissions"]
+        finally:
+            eng.stop()
+
+    assert admissions(0.02, admission_quiet_s=0.5, admission_window_s=10.0) == 1
+    assert admissions(0.3, admission_quiet_s=0.0, admission_window_s=0.0) == 4

@@ -27,7 +27,7 @@ def loaded():
 
 
 def _kv_of(tokens: list[int]):
-    """A fake K/V (one tensor, tokens on dim 1) whose values are the tokens themselves."""
+    """A fake K/V (one tensor, tokens on dim -2) whose values are the tokens themselves."""
     return lambda a, b: [torch.tensor(tokens[a:b], dtype=torch.float32).view(1, -1, 1)]
 
 

@@ -20,6 +20,11 @@ over prompt + tokens so far under the new weights and decodes on (refresh public
 ``in_place`` only stops decoding; ``abort`` aborts everything. Every sampled token records
 the weight version it was sampled under (``meta_info.weight_versions`` spans, as SGLang).
 
+Admission gathering: a burst of arrivals (a collection's groups, each its own HTTP request)
+is held until arrivals have paused ``admission_quiet_s`` (at most ``admission_window_s``
+after the first), then admitted in one round; running requests decode on meanwhile. A
+group of identical prompts shares one prefill row, never split across prefill chunks.
+
 Overlap schedule (SGLang's, on wherever sampling runs inside the decode step; off with
 ``overlap_schedule=False`` / ``--disable-overlap-schedule``): the fused step advances its own
 inputs on the device, so step N+1 is launched before step N's tokens are read, and the
@@ -267,6 +272,8 @@ class Engine:
         radix_cache: bool = True,
         overlap_schedule: bool = True,
         decode_attention: str = "sdpa",
+        admission_quiet_s: float = 0.005,
+        admission_window_s: float = 0.05,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -343,6 +350,7 @@ class Engine:
         self._eos = getattr(self.tokenizer, "eos_token_id", None)
         self.timings = {
             "prefill_s": 0.0,
+            "prefill_wait_s": 0.0,  # of prefill_s: waiting for the device's first tokens
             "decode_s": 0.0,
             "forward_s": 0.0,
             "sample_s": 0.0,
@@ -378,6 +386,13 @@ class Engine:
             "num_admissions": 0,  # admission rounds (each: a drain, prefill forwards, a sync)
         }
         self._flushes: list[threading.Event] = []
+        # admission gathering: a burst of arrivals (a collection's groups, each its own
+        # HTTP request) is admitted once it has been quiet for ``admission_quiet_s`` or its
+        # first request has waited ``admission_window_s``, so it costs one admission round
+        # (a drain, a prefill forward, a host sync) rather than one per early arrival
+        self.admission_quiet_s = max(0.0, float(admission_quiet_s))
+        self.admission_window_s = max(0.0, float(admission_window_s))
+        self._first_arrival = self._last_arrival = 0.0
 
     def _make_prefix_cache(self, per_token: int) -> RadixCache | None:
         """The radix tree over finished and running sequences' K/V (attention-only models).
@@ -481,14 +496,28 @@ class Engine:
 
     def submit_many(self, reqs: Sequence[GenRequest]) -> None:
         """Queue requests together: the scheduler sees all of them in one admission, so
-        they share one prefill round (and a group's identical prompts one forward).
-        Submitted one by one, a burst (a GRPO group, a collection) can trickle in while
-        the scheduler runs, and every few requests then cost an admission round of their
-        own: a drain, a prefill forward, a host sync (``num_admissions`` counts them)."""
+        they share one prefill round (and a group's identical prompts one forward row).
+        Bursts submitted in pieces are gathered too (``admission_wait``), within the
+        admission window; each round costs a drain, a prefill forward and a host sync
+        (``num_admissions`` counts them)."""
+        now = time.monotonic()
         with self._lock:
+            if not self._waiting:
+                self._first_arrival = now
+            self._last_arrival = now
             self.stats["num_requests_total"] += len(reqs)
             self._waiting.extend(reqs)
             self._lock.notify_all()
+
+    def admission_wait(self, now: float) -> float:
+        """Seconds to hold the waiting requests before admitting them (0: admit now): until
+        arrivals have been quiet for ``admission_quiet_s``, at most ``admission_window_s``
+        after the first of them (the caller holds the lock)."""
+        if not self._waiting:
+            return 0.0
+        quiet = self._last_arrival + self.admission_quiet_s - now
+        window = self._first_arrival + self.admission_window_s - now
+        return max(0.0, min(quiet, window))
 
     def abort(self, rid: str | None, abort_all: bool = False) -> None:
         with self._lock:
@@ -615,8 +644,13 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self._lock:
-                while self._idle():
-                    self._lock.wait(timeout=1.0)
+                while True:
+                    if self._idle():
+                        self._lock.wait(timeout=1.0)
+                    elif hold := self._gathering():
+                        self._lock.wait(timeout=hold)
+                    else:
+                        break
                 if self._stop:
                     break
                 aborts, self._aborts = self._aborts, []
@@ -663,6 +697,15 @@ class Engine:
         if self.pause_mode is not None:
             return True
         return not self._running and not self._waiting
+
+    def _gathering(self) -> float:
+        """With nothing running and no control operation pending, how long the waiting
+        burst is still held (``admission_wait``); 0 otherwise (caller holds the lock)."""
+        if self._running or self._aborts or self._updates or self._pauses or self._flushes:
+            return 0.0
+        if self._warmups or self.pause_mode is not None:
+            return 0.0
+        return self.admission_wait(time.monotonic())
 
     def _apply_pauses(self, pauses: list[_Pause]) -> None:
         for op in pauses:
@@ -812,6 +855,8 @@ class Engine:
         admitted: list[GenRequest] = []
         empty: list[GenRequest] = []
         with self._lock:
+            if self.admission_wait(time.monotonic()) > 0:
+                return  # a burst is still arriving: the running rows decode on meanwhile
             used = sum(r.reserved for r in self._running)
             while self._waiting and len(self._running) + len(admitted) < self.max_running:
                 req = self._waiting[0]
@@ -831,19 +876,36 @@ class Engine:
             t0 = time.perf_counter()
             # similar lengths share a chunk: less padding (slot order does not matter)
             admitted.sort(key=lambda r: len(r.prefill_ids))
-            chunks = prefill_chunks([len(r.prefill_ids) for r in admitted], self.prefill_tokens)
-            for k, chunk in enumerate(chunks):
+            groups = self._sharing_groups(admitted)
+            # a chunk's budget counts each group's one forward row, and a group never
+            # straddles two chunks (its samples would prefill from the tree, not share)
+            lengths = [len(g[0].prefill_ids) for g in groups]
+            chunks = [
+                [r for i in chunk for r in groups[i]]
+                for chunk in prefill_chunks(lengths, self.prefill_tokens)
+            ]
+            for k, chunk_reqs in enumerate(chunks):
                 try:
-                    self._prefill([admitted[i] for i in chunk])
+                    self._prefill(chunk_reqs)
                 except Exception as exc:  # the loop fails the running set; fail the rest here
                     running = set(map(id, self._running))
                     for rest in chunks[k:]:
-                        for i in rest:
-                            if id(admitted[i]) not in running:
+                        for req in rest:
+                            if id(req) not in running:
                                 reason = _abort_reason(f"engine error: {exc}", 500)
-                                self._finish(admitted[i], reason)
+                                self._finish(req, reason)
                     raise
             self.timings["prefill_s"] += time.perf_counter() - t0
+
+    def _sharing_groups(self, reqs: list[GenRequest]) -> list[list[GenRequest]]:
+        """``reqs`` grouped by identical prefill tokens (GRPO's samples of one prompt share
+        one prefill row), in first-seen order; without the prefix cache, one group each."""
+        if not self.radix_cache:
+            return [[r] for r in reqs]
+        groups: dict[tuple[int, ...], list[GenRequest]] = {}
+        for r in reqs:
+            groups.setdefault(tuple(r.prefill_ids), []).append(r)
+        return list(groups.values())
 
     def _prefill(self, reqs: list[GenRequest]) -> None:
         """One ragged forward for ``reqs``, their first tokens, one host transfer."""
@@ -876,7 +938,11 @@ class Engine:
             [len(r.output_ids) for r in reqs], dtype=torch.long, device=last.device
         )
         toks, lps = sample_batch(last, sampling, counters)
-        self._accept_all(reqs, toks, lps)
+        t0 = time.perf_counter()
+        both = torch.stack([toks.double(), lps.double()]).tolist()  # waits for the device
+        # the rest of prefill_s is the host issuing work: small waits mean host-bound
+        self.timings["prefill_wait_s"] += time.perf_counter() - t0
+        self._accept_rows(reqs, both[0], both[1])
 
     def _prefill_forward(
         self, reqs: list[GenRequest], want: list[bool]
@@ -909,12 +975,18 @@ class Engine:
             starts=starts,
         )
         generation = self.prefix.generation if self.prefix is not None else -1
+        # every sample takes its leader's prompt K/V in one batched copy
+        followers = [(leaders[k], req) for req, k in zip(reqs, owner, strict=True)]
+        followers = [(lead, req) for lead, req in followers if req is not lead]
+        if followers:
+            self.im.move_slots(
+                [lead.slot for lead, _ in followers],
+                [req.slot for _, req in followers],
+                max(len(req.prefill_ids) for _, req in followers),
+            )
         for req, k in zip(reqs, owner, strict=True):
             lead = leaders[k]
-            cached = starts[k]
-            if req is not lead:
-                self.im.move_slot(lead.slot, req.slot, len(req.prefill_ids))
-                cached = len(req.prefill_ids)
+            cached = starts[k] if req is lead else len(req.prefill_ids)
             if not req.output_ids:  # a retracted request's prompt was counted at admission
                 req.cached_tokens = min(cached, len(req.prompt_ids))
                 self.stats["num_cached_prompt_tokens"] += req.cached_tokens

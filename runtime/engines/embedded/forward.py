@@ -559,16 +559,20 @@ class InferenceModel:
         dist = positions.unsqueeze(2) - j  # (B, T, K) query position - key position
         key_ok = (j < torch.tensor(ends, device=dev).view(-1, 1, 1)) & (dist >= 0)
         slot_index = torch.tensor(slots, dtype=torch.long, device=dev)
+        # the (row, column) of each real (unpadded) token, and the (slot, position) it fills
+        write_rows = torch.tensor([b for b, n in enumerate(lens) for _ in range(n)], device=dev)
+        write_cols = torch.tensor([i for n in lens for i in range(n)], device=dev)
+        write_slot = slot_index[write_rows]
+        write_pos = positions[write_rows, write_cols]
         masks: dict[int | None, torch.Tensor] = {}
 
         def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
             q, k, v = self._qkv(layer, inp, positions)
             li = layer.index
             kc, vc = self.k_cache[li], self.v_cache[li]
-            kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-            for b, (slot, s0, n) in enumerate(zip(slots, starts, lens, strict=True)):
-                kc[slot, :, s0 : s0 + n] = kt[b, :, :n]
-                vc[slot, :, s0 : s0 + n] = vt[b, :, :n]
+            # every row's new entries in one scatter per cache (not one per row)
+            kc[write_slot, :, write_pos] = k[write_rows, write_cols].to(kc.dtype)
+            vc[write_slot, :, write_pos] = v[write_rows, write_cols].to(vc.dtype)
             w = layer.window
             if w not in masks:
                 m = key_ok if w is None else key_ok & (dist < w)
@@ -1037,25 +1041,41 @@ class InferenceModel:
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         """Copy one request's cache to another slot (compaction after a finish)."""
-        if src == dst or length <= 0:
+        self.move_slots([src], [dst], length)
+
+    def move_slots(self, srcs: list[int], dsts: list[int], length: int) -> None:
+        """Copy slots ``srcs[i]`` to ``dsts[i]`` for positions ``0..length-1``: one gather
+        and one scatter per cache tensor, however many pairs (a group's prompt copied to its
+        samples' slots, survivors compacted after a finish), not a copy per pair per layer.
+        Pass the longest pair's length: the entries past a shorter row's length are never
+        read before a decode step writes them."""
+        pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
+        if not pairs or length <= 0:
             return
-        for kc, vc in zip(self.k_cache, self.v_cache, strict=True):
-            if kc.numel():
-                kc[dst, :, :length] = kc[src, :, :length]
-                vc[dst, :, :length] = vc[src, :, :length]
+        src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
+        dst = torch.tensor([d for _, d in pairs], dtype=torch.long, device=self.device)
+        for c in self.kv_rows():
+            head = c[:, :, :length]
+            head.index_copy_(0, dst, head.index_select(0, src))  # the gather copies first
         if self.recurrent is not None:
-            self.recurrent.move(src, dst)
+            for s, d in pairs:
+                self.recurrent.move(s, d)
 
     def read_kv(self, slot: int, start: int, end: int) -> list[torch.Tensor]:
-        """A copy of ``slot``'s K/V for positions ``start..end-1`` (each attention layer's K,
-        then each one's V, as ``kv_rows``), for the prefix cache."""
-        return [c[slot, :, start:end].clone() for c in self.kv_rows()]
+        """A copy of ``slot``'s K/V for positions ``start..end-1``, for the prefix cache: one
+        ``(rows, heads, tokens, head_dim)`` tensor (each attention layer's K, then each
+        one's V, as ``kv_rows``), so a sequence enters the tree in one copy, not one per
+        layer."""
+        return [torch.stack([c[slot, :, start:end] for c in self.kv_rows()])]
 
     def write_kv(self, slot: int, start: int, kv: list[torch.Tensor]) -> int:
         """Copy ``read_kv``-shaped K/V into ``slot`` from position ``start``; its length."""
-        n = int(kv[0].shape[1]) if kv else 0
-        for c, part in zip(self.kv_rows(), kv, strict=True):
-            c[slot, :, start : start + n] = part
+        n = int(kv[0].shape[-2]) if kv else 0
+        rows = self.kv_rows()
+        parts = [p for t in kv for p in t.unbind(0)]
+        if len(parts) != len(rows):
+            raise ValueError(f"K/V for {len(parts)} cache rows, the model has {len(rows)}")
+        torch._foreach_copy_([c[slot, :, start : start + n] for c in rows], parts)
         return n
 
     def kv_rows(self) -> list[torch.Tensor]:

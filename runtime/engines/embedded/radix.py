@@ -2,7 +2,7 @@
 
 The embedded engine's KV cache is one contiguous row per running sequence (a slot), not a
 pool paged per token, so the tree keeps its own copies: each node owns the K/V of its edge's
-tokens (one ``(heads, tokens, head_dim)`` tensor per attention layer's K and V). A new
+tokens (one ``(rows, heads, tokens, head_dim)`` tensor: every attention layer's K and V). A new
 request's longest cached prefix is copied into its slot and only the rest is prefilled.
 
 As SGLang's RadixAttention: longest-prefix match (splitting an edge where a match ends
@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-# the K/V of a run of tokens: one tensor per attention layer's K and V, tokens on dim 1
+# the K/V of a run of tokens: tensors with the tokens on dim -2 (the engine keeps one
+# ``(rows, heads, tokens, head_dim)`` tensor holding every attention layer's K and V)
 KV = list[torch.Tensor]
 
 
 def kv_slice(kv: KV, start: int, end: int) -> KV:
     """A copy (not a view): an evicted part must free its memory, not pin its neighbour's."""
-    return [t[:, start:end].clone() for t in kv]
+    return [t[..., start:end, :].clone() for t in kv]
 
 
 @dataclass(eq=False)
