@@ -62,6 +62,16 @@ def bench(root: Path, gpus: int) -> dict[str, Any]:
         "generated": _median([float(r.get("tokens/generated") or 0) for r in records]),
         "trained": _median([float(r.get("tokens/total") or 0) for r in records]),
     }
+    # the trainer process's GC pauses (inside the phases): a full collection over a large
+    # heap stalls every thread; the heap is frozen after start-up (runtime.heap)
+    for key in ("gc/pause_s", "gc/longest_pause_s"):
+        f = [float(r[key]) for r in first if isinstance(r.get(key), int | float)]
+        s = [float(r[key]) for r in rest if isinstance(r.get(key), int | float)]
+        if f or s:
+            out.setdefault("gc", {})[key.removeprefix("gc/")] = {
+                "first": f[0] if f else None,
+                "steady": _median(s),
+            }
     # graphs compiled during updates: the warm-up should leave none for the run to meet
     compiles = [r.get("train/new_compiled_graphs") for r in records]
     if any(isinstance(c, int | float) for c in compiles):
@@ -93,6 +103,9 @@ def table(data: dict[str, Any]) -> str:
         row = data["phases"].get(key)
         if row:
             lines.append(f"{label:<22}{_fmt(row['first']):>18}{_fmt(row['steady']):>24}")
+    labels = {"pause_s": "GC pauses", "longest_pause_s": "longest GC pause"}
+    for key, row in (data.get("gc") or {}).items():
+        lines.append(f"{labels[key]:<22}{_fmt(row['first']):>18}{_fmt(row['steady']):>24}")
     tps = data["tokens_per_s_per_gpu"]
     label = f"tokens/s/GPU ({data['gpus']})"
     lines.append(f"{label:<22}{_fmt(tps['first'], 'tok'):>18}{_fmt(tps['steady'], 'tok'):>24}")

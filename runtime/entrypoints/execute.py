@@ -96,6 +96,7 @@ class NodeRunner:
 
         self.startup = StartupClock.from_env()  # the start-up phases, printed by the trainer
         self.closing = False  # the main thread is taking the node down
+        self.freeze_heap = False  # gc.freeze() once start-up is done (a run's own process)
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -586,6 +587,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
         every = plain_every(cfg.training.num_rollouts)
     runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress, progress_every=every)
+    runner.freeze_heap = True  # this process lives for the run: freeze after start-up
     print(
         f"rlc: starting {cfg.name} ({cfg.training.num_rollouts} collections); "
         "engines and trainer load first",

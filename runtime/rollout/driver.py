@@ -605,6 +605,15 @@ def train(runner: Node) -> dict[str, Any]:
         startup.mark("weight audit")
     if cfg.inference.engine == "embedded":
         _warm_decode_graphs(cfg, runner, tokenizer, startup, trainer)
+    if getattr(runner, "freeze_heap", False):
+        # start-up's objects (modules, compiled graphs) out of the collector's reach: a
+        # full collection over them would stall a collection for a long pause
+        from runtime.heap import freeze_heap
+
+        frozen = freeze_heap()
+        if startup is not None:
+            startup.mark("heap freeze")
+            startup.details["frozen_objects"] = frozen
     if startup is not None:
         log(startup.line())
         startup.write(cfg.paths.root)

@@ -157,6 +157,10 @@ class GRPOLoop:
         # async: drawn prompts not yet trained on (or dropped), in draw order
         self._outstanding: dict[str, None] = {}
         self.t_start = time.monotonic()
+        from runtime.heap import gc_pauses
+
+        self._gc = gc_pauses()  # this process's GC pauses, reported per collection
+        self._gc_mark = self._gc.snapshot()
         self.last_saved: int | None = None
         self._updates = 0  # optimizer updates of this process (scoring-pass checks)
 
@@ -331,6 +335,10 @@ class GRPOLoop:
             rec.update(tool_summary(groups))
         self._dump_rollouts(c, groups)
         rec.update({f"time/{k}": v for k, v in times.items()})
+        pauses, self._gc_mark = self._gc.since(self._gc_mark), self._gc.snapshot()
+        rec["gc/pause_s"] = pauses["gc_pause_s"]  # inside the phases above, every thread's
+        rec["gc/full_collections"] = int(pauses["gc_full_collections"])
+        rec["gc/longest_pause_s"] = pauses["gc_longest_pause_s"]
         rec.update(cstats.failures.as_metrics())
         rec.update(train_m)
         rec.update(extra)

@@ -408,6 +408,10 @@ class Trainer:
                 getattr(self, name)(*args, **kwargs)
             except Exception as exc:  # rank 0 fails the same op and decides
                 log.warning("trainer rank %d: %s failed: %s", self.rank, name, exc)
+            if name == "warm_up":  # start-up is done here, as on rank 0 (runtime.heap)
+                from runtime.heap import freeze_heap
+
+                freeze_heap()
         self.close()
 
     def topology(self) -> dict[str, Any]:

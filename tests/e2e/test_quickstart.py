@@ -43,6 +43,11 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     assert lines[-1] == f"rlc: export: {root / 'export-hf'}"
     assert (root / "report.png").read_bytes()[:4] == b"\x89PNG"
     assert (root / "export-hf" / "config.json").is_file()
+    # start-up's heap is frozen before the first collection; each collection's GC pauses
+    startup = json.loads((root / "startup.json").read_text())
+    assert "heap freeze" in [p["name"] for p in startup["phases"]]
+    assert startup["frozen_objects"] > 100_000
+    assert all(r["gc/pause_s"] >= r["gc/longest_pause_s"] >= 0 for r in recs)
 
 
 def test_a_model_source_the_runtime_cannot_load_is_refused_first(tmp_path: Path) -> None:

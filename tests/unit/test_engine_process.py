@@ -130,6 +130,11 @@ def test_embedded_engine_stands_in_for_sglang(tmp_path):
         assert out["meta_info"]["completion_tokens"] == 2
         info = httpx.get(f"{url}/get_server_info", timeout=5).json()
         assert info["seed"] == 4 and info["max_running_requests"] == 2
+        # the server owns its process: once warmed up, start-up's heap is frozen
+        warm = httpx.post(f"{url}/warm_up", json={}, timeout=60).json()
+        assert warm["success"] and warm["frozen_objects"] > 0
+        info = httpx.get(f"{url}/get_server_info", timeout=5).json()
+        assert info["gc_full_collections"] >= 1 and info["gc_pause_s"] > 0
     finally:
         code = server.stop(grace=10)
     assert code == 0, "engine should exit cleanly on SIGTERM"

@@ -235,6 +235,7 @@ def test_warm_up_names_the_sampling_mode_and_generation_goes_on(server):
     )
     got = answers[server.url]
     assert got["success"] and got["graphs"] == 0
+    assert "frozen_objects" not in got  # an in-process server leaves its host's heap alone
     assert got["modes"] == ["truncate"]  # the widest sampler serves the other rows too
     greedy = warm_up_engines([server.url], [{"temperature": 0.0}], timeout_s=30.0)
     assert greedy[server.url]["modes"] == ["greedy"]

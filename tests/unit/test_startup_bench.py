@@ -46,3 +46,17 @@ def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -
     assert data["update_compiles"] == {"first": 0, "later": 2}
     assert "graphs compiled by updates: 0 in the first collection, 2 later" in text
     assert run_gpus({"used_gpus": 0}) == 1 and run_gpus({"used_gpus": 8}) == 8
+
+
+def test_bench_table_shows_the_gc_pauses_of_each_collection(tmp_path: Path) -> None:
+    rows = [
+        {"collection": c, "time/collection_s": 2.0, "tokens/generated": 10, "tokens/total": 30,
+         "gc/pause_s": pause, "gc/longest_pause_s": longest, "gc/full_collections": 1}
+        for c, pause, longest in ((0, 0.9, 0.8), (1, 0.02, 0.01), (2, 0.04, 0.03))
+    ]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = bench(tmp_path, gpus=1)
+    assert data["gc"]["pause_s"] == {"first": 0.9, "steady": 0.03}
+    assert data["gc"]["longest_pause_s"] == {"first": 0.8, "steady": 0.02}
+    text = table(data)
+    assert "GC pauses" in text and "longest GC pause" in text

@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         decode_attention=ATTENTION_BACKENDS[args.attention_backend],
     )
     engine.start()
+    from runtime.heap import freeze_heap
+
+    freeze_heap()  # the loaded model's objects; /warm_up freezes its compiled graphs too
     server_args = {k: v for k, v in vars(args).items()}
     server_args["model_path"] = args.model
     tokenizer_dir, written = local_tokenizer_dir(args.model, args.hf_template, loaded.tokenizer)
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger(__name__).info(
         "serving %s on %s:%d (%s)", args.model, args.host, args.port, args.device
     )
-    app = build_app(engine, server_args)
+    app = build_app(engine, server_args, freeze_heap_after_warm_up=True)
     from .server import mount_openai
 
     mount_openai(app, engine, loaded.tokenizer, args.served_model_name or args.model)

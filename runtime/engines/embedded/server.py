@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from runtime.heap import freeze_heap, gc_pauses
+
 from .engine import Engine, GenRequest
 from .sampling import BadRequest, SamplingParams
 from .weight_group import add_routes
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
 INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("server_args")
+FREEZE_KEY: web.AppKey[bool] = web.AppKey("freeze_heap_after_warm_up", bool)
 
 
 def _error(message: str, status: int = 400) -> web.Response:
@@ -309,6 +312,8 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["decode_graphs"] = engine.im.captured_graphs()
     info["decode_capture_s"] = round(engine.im.capture_s, 3)  # compile + capture, once
     info["internal_states"] = [engine.load()]
+    pauses = gc_pauses().snapshot()  # this server process's, since it started
+    info.update({k: v for k, v in pauses.items() if k.startswith("gc_")})
     return web.json_response(info)
 
 
@@ -340,6 +345,9 @@ async def warm_up(request: web.Request) -> web.Response:
     except BadRequest as exc:
         return _error(str(exc))
     result = await asyncio.to_thread(engine.warm_up, params, max_kv)
+    if result.get("success") and request.app[FREEZE_KEY]:
+        # compiled and captured: freeze what start-up built (runtime.heap says why)
+        result["frozen_objects"] = await asyncio.to_thread(freeze_heap)
     return web.json_response(result, status=200 if result.get("success") else 503)
 
 
@@ -440,13 +448,19 @@ def mount_openai(app: web.Application, engine: Engine, tokenizer: Any, model_nam
     add_openai_routes(app, generate_fn, tokenizer, model_name)
 
 
-def build_app(engine: Engine, server_args: dict[str, Any]) -> web.Application:
+def build_app(
+    engine: Engine, server_args: dict[str, Any], *, freeze_heap_after_warm_up: bool = False
+) -> web.Application:
+    """The engine's routes. ``freeze_heap_after_warm_up``: the server owns its process (the
+    engine's ``__main__``), so a successful ``/warm_up`` freezes the heap."""
     server_log = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, _Http2ProbeFilter) for f in server_log.filters):
         server_log.addFilter(_Http2ProbeFilter())
     app = web.Application(client_max_size=512 * 1024 * 1024)
     app[ENGINE_KEY] = engine
     app[INFO_KEY] = dict(server_args)  # type: ignore[index]
+    app[FREEZE_KEY] = freeze_heap_after_warm_up
+    gc_pauses()  # counted from here: /get_server_info reports them
     r = app.router
     r.add_route("POST", "/generate", generate)
     r.add_route("PUT", "/generate", generate)
