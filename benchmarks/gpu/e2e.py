@@ -99,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--recompute", action="store_true", help="trainer.activation_recompute")
     ap.add_argument(
+        "--freeze-heap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="gc.freeze() after the warm-up, as a run does after its start-up (default: on, "
+        "but for --dry-run, which may run inside another process)",
+    )
+    ap.add_argument(
         "--decode-attention",
         choices=["sdpa", "flex"],
         default=None,
@@ -198,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 "attention_backend": backend,
                 "compile_cache": str(args.compile_cache),
                 "compile_cache_warm": cache_warm,
+                "freeze_heap": args.freeze_heap,
                 "decode_compile_and_capture_s": eng.im.capture_s,
                 "setup_s": setup_s,
                 "warmup": warm,
@@ -230,6 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         warm["update_s"] = time.perf_counter() - t_w
         print(f"warm-up (not timed below): {warm}", flush=True)
+    from runtime.heap import freeze_heap, gc_pauses
+
+    pauses = gc_pauses()
+    if args.freeze_heap is None:
+        args.freeze_heap = not args.dry_run
+    if args.freeze_heap:
+        t_f = time.perf_counter()
+        warm["frozen_objects"] = freeze_heap()
+        warm["freeze_s"] = time.perf_counter() - t_f
     with tempfile.TemporaryDirectory() as tmp:
         for c in range(args.collections):
             elapsed = time.perf_counter() - t_main
@@ -238,17 +255,18 @@ def main(argv: list[str] | None = None) -> int:
                 break
             ids = prompt_ids[c * args.prompts : (c + 1) * args.prompts]
             sync()
-            stats0, timings0 = dict(eng.stats), dict(eng.timings)
+            stats0, timings0, gc0 = dict(eng.stats), dict(eng.timings), pauses.snapshot()
             t_start = time.perf_counter()
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
-            # (prefix_cache_s: the radix tree's host time, inside prefill_s and decode_s)
+            # (prefix_cache_s: the radix tree's host time, inside prefill_s and decode_s;
+            # prefill_wait_s: of prefill_s, waiting for the device's first tokens)
             engine_delta: dict[str, float] = {
                 k.removeprefix("num_"): eng.stats[k] - stats0[k]
                 for k in ("num_decode_steps", "num_admissions", "num_overlapped_steps")
             }
-            for k in ("prefill_s", "decode_s", "prefix_cache_s"):
+            for k in ("prefill_s", "prefill_wait_s", "decode_s", "prefix_cache_s"):
                 engine_delta[k] = eng.timings[k] - timings0[k]
             engine_delta["capture_s"] = float(getattr(eng.im, "capture_s", 0.0))
             rewards = [task.reward(r["text"]) for r in results]
@@ -294,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),
                 "engine": engine_delta,
+                # this process's GC pauses over the collection (every thread's)
+                "gc": pauses.since(gc0),
                 "prompt_tokens": [len(x) for x in ids],
             }
             colls.append(row)

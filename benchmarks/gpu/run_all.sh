@@ -9,8 +9,8 @@
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
-# decode9 flex-test bench-warm-base bench-warm-trainer (see the case below). Expects the
-# wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
+# decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission (see the case below).
+# Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 RES=${RES:-benchmarks/results/gpu}
@@ -190,7 +190,7 @@ for s in "$@"; do
     ;;
   trl5-256 | trl5-1024)
     n=${s#trl5-}
-    stage "$s" "$(( n > 256 ? 130 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
+    stage "$s" "$(( n > 256 ? 240 : 90 ))" python3 benchmarks/trl_grpo.py --prompts 16 --group 8 \
       --new-tokens "$n" --steps 2 --out "$RES"
     ;;
   e2e5-256 | e2e5-1024)
@@ -198,6 +198,17 @@ for s in "$@"; do
     stage "$s" "$(( n > 256 ? 200 : 150 ))" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
       --new-tokens "$n" --collections 3 --publish tensor --label "dense-16x8x$n${E2E_LABEL:-}" \
       --deadline-s "$(( n > 256 ? 185 : 135 ))" --out "$RES" ${E2E_ARGS:-}
+    ;;
+  e2e10-gc)  # 16x8x256 with the heap frozen after the warm-up (the default), then without
+    stage e2e10-freeze 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
+      --collections 3 --publish tensor --label dense-16x8x256-freeze --deadline-s 135 --out "$RES"
+    stage e2e10-nofreeze 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
+      --new-tokens 256 --collections 3 --publish tensor --label dense-16x8x256-nofreeze \
+      --no-freeze-heap --deadline-s 135 --out "$RES"
+    ;;
+  admission)  # what admitting a 16x8 collection costs the engine's host, and its rounds
+    stage admission 200 python3 benchmarks/engine_admission.py --device cuda --source "$M1B" \
+      --collections 3 --out "$RES"
     ;;
   # ---- round six: the MoE update on torch's grouped matrix product vs the capacity MLP ----
   moe-update)
