@@ -28,6 +28,15 @@ def _load(rel: str, name: str) -> ModuleType:
     return mod
 
 
+def test_engine_admission_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bench = _load("benchmarks/engine_admission.py", "engine_admission_bench")
+    argv = ["--prompts", "2", "--group", "2", "--prompt-len", "40", "--collections", "1"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 4 requests |" in out and "gathering off" in out
+    assert (tmp_path / "engine_admission.json").is_file()
+
+
 def test_e2e_dry_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
