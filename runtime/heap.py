@@ -13,6 +13,7 @@ remain, so a run can report them beside its phases.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import gc
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 _lock = threading.Lock()
 _pauses: GcPauses | None = None
+_unfreeze_at_exit = False
 
 
 class GcPauses:
@@ -85,7 +87,13 @@ def gc_pauses() -> GcPauses:
 def freeze_heap() -> int:
     """Collect once, then move every live object out of the collector's reach; returns how
     many objects are frozen. Call it when start-up (loading, compiling, capturing) is done:
-    what it allocated lives as long as the process."""
+    what it allocated lives as long as the process. At exit the objects are handed back, so
+    the interpreter's last collection still finalizes them (extension modules that count
+    their live objects at exit would otherwise report leaks)."""
+    global _unfreeze_at_exit
     gc.collect()
     gc.freeze()
+    if not _unfreeze_at_exit:
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit = True
     return gc.get_freeze_count()
