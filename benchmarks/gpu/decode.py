@@ -18,7 +18,9 @@ bookkeeping of step N overlaps it) and ``sdpa=B`` (``default``, ``no-cudnn``, ``
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
 ``math`` as the fallback for calls the fused kernel refuses), ``attn=flex`` (FlexAttention's
 block-sparse decode: each row reads its own KV blocks, one graph per batch size; the
-engine's ``--attention-backend flex_attention``). Each variant reports tok/s, a
+engine's ``--attention-backend flex_attention``), ``unfused`` (q/k/v and the
+feed-forward's gate/up as separate matrix products, as before the engine merged them).
+Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
 timings of one forward and one sample; ``--kernel-profile`` adds one run under
@@ -80,6 +82,7 @@ class Variant:
     fused: bool = False
     overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
     attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode
+    fuse: bool = True  # q/k/v and gate/up as one product each; `unfused`: separate products
 
 
 def parse_variant(text: str) -> Variant:
@@ -97,6 +100,8 @@ def parse_variant(text: str) -> Variant:
                 v.fused = True
             elif key == "nooverlap" and not eq:
                 v.overlap = False
+            elif key == "unfused" and not eq:
+                v.fuse = False
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -110,7 +115,7 @@ def parse_variant(text: str) -> Variant:
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, attn=sdpa|flex, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, unfused, attn=sdpa|flex, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -224,6 +229,7 @@ def bench_engine(
         fused_sampling=v.fused,
         overlap_schedule=v.overlap,
         decode_attention=v.attention,
+        fuse_projections=v.fuse,
     )
     setup_s = time.perf_counter() - t0
     eng.start()

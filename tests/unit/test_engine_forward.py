@@ -123,6 +123,54 @@ def test_batched_slot_moves_equal_moves_one_by_one():
         assert (logits[b] - r[-1]).abs().max().item() < TOL, b
 
 
+@pytest.mark.parametrize("kind", ["dense", "moe", "hybrid"])
+def test_fused_projections_match_the_separate_ones(kind):
+    """q/k/v and the feed-forward's w1/w3 as one product each give the logits of the
+    separate products; the modules' weights become views of the fused ones, so the model's
+    own forward and its state dict are unchanged."""
+    import copy
+
+    loaded = build_tiny(kind, seed=8)
+    plain_model = copy.deepcopy(loaded.model)
+    ids = torch.randint(1, 128, (14,), generator=torch.Generator().manual_seed(9)).tolist()
+    before = _reference(loaded.model, ids)
+    state = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    fused = InferenceModel(loaded.model, max_slots=1, capacity=32)
+    plain = InferenceModel(plain_model, max_slots=1, capacity=32, fuse_projections=False)
+    attn_layers = [layer for layer in fused.layers if not layer.gdn]
+    assert attn_layers and all(layer.qkv is not None for layer in attn_layers)
+    if kind != "moe":  # the MoE blocks have no dense feed-forward
+        assert any(layer.gate_up is not None for layer in fused.layers)
+    assert fused.fused_intact() and not any(layer.qkv for layer in plain.layers)
+    a, _ = fused.prefill(ids[:10], slot=0, all_logits=True)
+    b, _ = plain.prefill(ids[:10], slot=0, all_logits=True)
+    assert (a - b).abs().max().item() < TOL
+    for p in range(10, 14):
+        la, _ = fused.decode(torch.tensor([ids[p]]), torch.tensor([p]))
+        lb, _ = plain.decode(torch.tensor([ids[p]]), torch.tensor([p]))
+        assert (la - lb).abs().max().item() < TOL
+    after = _reference(loaded.model, ids)
+    assert torch.equal(before, after)
+    assert all(torch.equal(v, state[k]) for k, v in loaded.model.state_dict().items())
+
+
+def test_an_in_place_weight_load_reaches_the_fused_projections():
+    """Loading new weights into the model (as every publication does, in place) changes
+    what the fused products compute; replacing a parameter object breaks the sharing,
+    and ``fused_intact`` says so."""
+    loaded = build_tiny("dense", seed=10)
+    other = build_tiny("dense", seed=11)
+    ids = [5, 9, 2, 7, 3]
+    im = InferenceModel(loaded.model, max_slots=1, capacity=32)
+    loaded.model.load_state_dict(other.model.state_dict())
+    logits, _ = im.prefill(ids, slot=0, all_logits=True)
+    assert (logits - _reference(other.model, ids)).abs().max().item() < TOL
+    assert im.fused_intact()
+    w_q = loaded.model.blocks["0"].attention.w_q
+    w_q.weight = torch.nn.Parameter(w_q.weight.detach().clone())
+    assert not im.fused_intact()
+
+
 def test_prompt_longer_than_capacity_is_rejected():
     im = InferenceModel(build_tiny("dense").model, max_slots=1, capacity=8)
     with pytest.raises(ValueError):

@@ -227,6 +227,21 @@ def test_weight_update_from_safetensors(tmp_path, loaded):
     assert not bad["success"] and eng.weight_version == "v2"
 
 
+def test_a_weight_load_that_would_leave_the_fused_projections_stale_fails(loaded):
+    """The engine's fused q/k/v and gate/up products view the model's parameters; a load
+    that replaced a parameter object instead of copying into it is refused by name."""
+    fresh = build_tiny("dense", seed=7)
+    eng = _engine(fresh)
+    try:
+        w_q = fresh.model.blocks["0"].attention.w_q
+        w_q.weight = torch.nn.Parameter(w_q.weight.detach().clone())
+        named = [(k, v.clone()) for k, v in fresh.model.state_dict().items()]
+        res = eng.update_weights_from_tensors(named, version="v2")
+    finally:
+        eng.stop()
+    assert not res["success"] and "fused projections" in res["message"]
+
+
 def test_moe_routed_experts_cover_prompt_and_output():
     moe = build_tiny("moe", seed=1)
     eng = _engine(moe)

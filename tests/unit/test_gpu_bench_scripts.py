@@ -37,6 +37,16 @@ def test_engine_admission_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert (tmp_path / "engine_admission.json").is_file()
 
 
+def test_decode_variants_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The merged-projection A/B (``unfused``) parses and runs on the tiny model."""
+    decode = _load("benchmarks/gpu/decode.py", "gpu_decode_bench")
+    argv = ["--device", "cpu", "--source", "builtin:tiny", "--batch-sizes", "2"]
+    argv += ["--prompt-len", "8", "--new-tokens", "4", "--repeats", "1", "--hf", "dynamic"]
+    assert decode.main([*argv, "--variants", "eager", "eager,unfused", "--out", str(tmp_path)]) == 0
+    assert "eager,unfused" in capsys.readouterr().out
+    assert not decode.parse_variant("graph,unfused").fuse
+
+
 def test_e2e_dry_run(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -274,6 +274,7 @@ class Engine:
         decode_attention: str = "sdpa",
         admission_quiet_s: float = 0.005,
         admission_window_s: float = 0.05,
+        fuse_projections: bool = True,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -286,7 +287,9 @@ class Engine:
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
         # the KV token pool: max_total_tokens, and on a GPU mem_fraction_static of its memory
         # (as SGLang sizes it); the cache holds as many context-length slots as fit in it
-        probe = InferenceModel(self.model, max_slots=1, capacity=context_length, device=device)
+        probe = InferenceModel(
+            self.model, max_slots=1, capacity=context_length, device=device, fuse_projections=False
+        )
         per_token, cache_len = probe.kv_bytes_per_token(), probe.cache_len
         del probe
         total = free = None
@@ -316,6 +319,7 @@ class Engine:
             capacity=context_length,
             device=device,
             decode_attention=decode_attention,
+            fuse_projections=fuse_projections,
         )
         self.prefix = self._make_prefix_cache(per_token)
         # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)
@@ -773,6 +777,7 @@ class Engine:
                     )
                 self._flush_prefix()
                 self.model.load_state_dict(state, strict=True)
+                self._check_fused()
                 if upd.version is not None:
                     self.weight_version = str(upd.version)
                 self.model_path = upd.path
@@ -792,6 +797,10 @@ class Engine:
             self._updates.pop(0)
         upd.done.set()
         return False
+
+    def _check_fused(self) -> None:
+        if not self.im.fused_intact():
+            raise RuntimeError("a weight load replaced parameters the fused projections view")
 
     def _tensor_hold(self) -> bool:
         """True while a chunked tensor publication is between chunks (caller holds no lock)."""
@@ -823,6 +832,7 @@ class Engine:
                 self._flush_prefix()
                 for n, t in named:
                     params[n].copy_(t, non_blocking=True)
+                self._check_fused()
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(
                         self.device

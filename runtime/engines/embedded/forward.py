@@ -66,6 +66,54 @@ class _Layer:
     index: int = 0
     gqa: bool = False  # fewer KV heads than query heads (SDPA's GQA path only then)
     gdn: bool = False  # a GatedDeltaNet mixer: recurrent state instead of KV rows
+    qkv: FusedLinear | None = None  # q, k, v in one matrix product (``fuse_projections``)
+    gate_up: FusedLinear | None = None  # the feed-forward's w1 and w3 in one
+
+
+@dataclass(eq=False)
+class FusedLinear:
+    """Several ``nn.Linear`` of one input as one matrix product, SGLang's merged QKV and
+    gate/up projections: one wider GEMM reads the same weights with fewer, fuller kernels
+    (decode's small-M products). The modules' parameters become row slices of ``weight``,
+    so every in-place weight load (``load_state_dict``, tensor and broadcast publication)
+    updates it, and the model's own forward reads the same values."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    sizes: list[int]
+    parts: list[Any]
+
+    @classmethod
+    def of(cls, mods: Sequence[Any]) -> FusedLinear | None:
+        """Fuse ``mods`` (None unless all are plain ``nn.Linear`` of one input, one dtype,
+        all with or all without a bias)."""
+        if any(type(m) is not torch.nn.Linear for m in mods):
+            return None
+        if len({(m.in_features, m.weight.dtype, m.weight.device) for m in mods}) != 1:
+            return None
+        biased = {m.bias is not None for m in mods}
+        if len(biased) != 1:
+            return None
+        with torch.no_grad():
+            weight = torch.cat([m.weight for m in mods])
+            bias = torch.cat([m.bias for m in mods]) if biased == {True} else None
+        start = 0
+        for m in mods:
+            n = m.out_features
+            m.weight.data = weight[start : start + n]
+            if bias is not None:
+                m.bias.data = bias[start : start + n]
+            start += n
+        return cls(weight, bias, [m.out_features for m in mods], list(mods))
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+
+    def intact(self) -> bool:
+        """Whether every module's weight still views this fused one (a load that replaced
+        a parameter instead of copying into it would leave the fused copy stale)."""
+        base = self.weight.untyped_storage().data_ptr()
+        return all(m.weight.untyped_storage().data_ptr() == base for m in self.parts)
 
 
 def _block_layer(block: Any) -> _Layer:
@@ -211,6 +259,7 @@ class InferenceModel:
         capacity: int,
         device: torch.device | str = "cpu",
         decode_attention: str = "sdpa",
+        fuse_projections: bool = True,
     ):
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"decode attention must be one of {DECODE_ATTENTION}")
@@ -234,6 +283,8 @@ class InferenceModel:
         for i, layer in enumerate(self.layers):
             layer.index = i
             layer.gqa = not layer.gdn and layer.attn.n_kv_heads != layer.attn.n_heads
+            if fuse_projections:
+                self._fuse(layer)
         self.moe_layers = [i for i, layer in enumerate(self.layers) if layer.moe is not None]
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
@@ -278,6 +329,29 @@ class InferenceModel:
         """Decode graphs held: plain decode steps and fused decode + sampling steps."""
         return len(self._graphs) + len(self._step_graphs)
 
+    @staticmethod
+    def _fuse(layer: _Layer) -> None:
+        """Merge the layer's q/k/v and its feed-forward's w1/w3 projections (FusedLinear)."""
+        from olmo_core.nn.feed_forward import FeedForward
+
+        if not layer.gdn:
+            a = layer.attn
+            layer.qkv = FusedLinear.of([a.w_q, a.w_k, a.w_v])
+        if type(layer.ffn) is FeedForward:
+            layer.gate_up = FusedLinear.of([layer.ffn.w1, layer.ffn.w3])
+
+    def fused_intact(self) -> bool:
+        """Every fused projection still shares the model's parameters (weight loads copy
+        in place; the engine checks this after each)."""
+        return all(f.intact() for layer in self.layers for f in (layer.qkv, layer.gate_up) if f)
+
+    def _ffn(self, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+        """The dense feed-forward, ``w2(act(w1 x) * w3 x)``, w1 and w3 in one product."""
+        if layer.gate_up is None:
+            return layer.ffn(x)
+        gate, up = layer.gate_up(x)
+        return layer.ffn.w2(layer.ffn.activation_fn(gate) * up)
+
     # ---- pieces -------------------------------------------------------------------------
 
     def _rope(self, layer: _Layer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -321,7 +395,10 @@ class InferenceModel:
         ``_rope_rows``) saves the table lookup when the caller already has them."""
         attn = layer.attn
         bsz, t, _ = x.shape
-        q, k, v = attn.w_q(x), attn.w_k(x), attn.w_v(x)
+        if layer.qkv is not None:
+            q, k, v = layer.qkv(x)
+        else:
+            q, k, v = attn.w_q(x), attn.w_k(x), attn.w_v(x)
         if attn.clip_qkv is not None:
             c = attn.clip_qkv
             q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
@@ -400,17 +477,17 @@ class InferenceModel:
             if layer.kind == "pre":
                 sparse = self._moe(layer, layer.moe_norm(x), routed)
                 h = x + attention(layer.attn_norm(x))
-                dense = h + layer.ffn(layer.ffn_norm(h))
+                dense = h + self._ffn(layer, layer.ffn_norm(h))
             else:
                 sparse = layer.moe_norm(self._moe(layer, x, routed))
                 h = x + layer.attn_norm(attention(x))
-                dense = h + layer.ffn_norm(layer.ffn(h))
+                dense = h + layer.ffn_norm(self._ffn(layer, h))
             return sparse + dense
 
         def ff(inp: torch.Tensor) -> torch.Tensor:
             if layer.moe is not None:
                 return self._moe(layer, inp, routed)
-            return layer.ffn(inp)
+            return self._ffn(layer, inp)
 
         if layer.kind == "pre":
             h = torch.add(x, attention(layer.attn_norm(x)), alpha=layer.attn_alpha)
