@@ -97,6 +97,7 @@ class NodeRunner:
         self.startup = StartupClock.from_env()  # the start-up phases, printed by the trainer
         self.closing = False  # the main thread is taking the node down
         self.freeze_heap = False  # gc.freeze() once start-up is done (a run's own process)
+        self.preload: Any = None  # runtime.node.preload.Preload, joined after start_engines
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -143,7 +144,12 @@ class NodeRunner:
             except SubstitutionError as exc:
                 raise RunFailure(str(exc)) from None
             servers.append((f"engine:{e.id}", argv, env, e.port))
-        self.sup.start_servers(servers, cfg.runtime.health_timeout_s, cfg.runtime.startup_timeout_s)
+        self.sup.start_servers(
+            servers,
+            cfg.runtime.health_timeout_s,
+            cfg.runtime.startup_timeout_s,
+            after_spawn=self.preload.start if self.preload is not None else None,
+        )
         for e in mine:
             self.registry.register(f"engine:{e.id}", self._url(e.port))
 
@@ -330,7 +336,10 @@ class NodeRunner:
                     timeout_s=cfg.runtime.startup_timeout_s,
                 )
             self.start_heartbeats()
-            self.start_engines()
+            try:
+                self.start_engines()
+            finally:  # an unloadable architecture is the cause an engine failure shows
+                self._join_preload()
             if self.roles.router or self.roles.trainer:
                 self.lookup_engines()
             if self.roles.router:
@@ -372,6 +381,13 @@ class NodeRunner:
             return summary
         finally:  # a silent node will not read the outcome: no waiting for it
             self.registry.finish(outcome, nodes=1 if self.silence else self.ident.count)
+
+    def _join_preload(self) -> None:
+        """Wait for the imports and the architecture check begun at start-up; a source
+        the runtime cannot load raises ``ModelLoadError`` (exit 2)."""
+        preload, self.preload = self.preload, None
+        if preload is not None:
+            preload.result()
 
     def _serve_only(self) -> None:
         """A node without the trainer: serve until the trainer's node says the run is over,
@@ -559,13 +575,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, RunConfig
     from runtime.manifest import load
-    from runtime.models.loader import ModelLoadError, check_source
+    from runtime.models.source import ModelLoadError, check_source_files
     from runtime.node.placement import PlacementError, node_identity, roles_for
 
     try:
         cfg = RunConfig.from_contract(load(args.manifest), args.manifest)
         CompilerCache.from_contract(cfg.compiler_cache)  # the job's env agrees
-        check_source(cfg.model.source, hf_template=cfg.model.hf_template)
+        check_source_files(cfg.model.source, hf_template=cfg.model.hf_template)
         ident = node_identity()
         roles = roles_for(cfg.placement, ident)
     except (ManifestError, ConfigError, PlacementError) as exc:
@@ -588,6 +604,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         every = plain_every(cfg.training.num_rollouts)
     runner = NodeRunner(cfg, roles, ident, resume=resume, progress=progress, progress_every=every)
     runner.freeze_heap = True  # this process lives for the run: freeze after start-up
+    from runtime.node.preload import TRAINER_MODULES, Preload
+
+    # the architecture check and the trainer's imports run while the engines start
+    # (NodeRunner.start_engines starts them once the engine processes exist)
+    runner.preload = Preload(
+        cfg.model.source, cfg.model.hf_template, TRAINER_MODULES if roles.trainer else ()
+    )
     print(
         f"rlc: starting {cfg.name} ({cfg.training.num_rollouts} collections); "
         "engines and trainer load first",
@@ -597,6 +620,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     prev = _install_signal_handlers(runner)
     try:
         summary = runner.run()
+    except ModelLoadError as exc:  # the architecture check, joined once the engines started
+        print(f"rlc: error: model.source: {exc}", file=sys.stderr)
+        return EXIT_USER
     except RunFailure as exc:
         runner.failed_cause = runner.failure_cause(exc)
         print(f"rlc: run failed: {runner.failed_cause}", file=sys.stderr)

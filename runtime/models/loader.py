@@ -15,16 +15,13 @@ from .builtin import builtin_config
 from .gdn_cpu import has_gated_delta_net, install_cpu_gdn_fallbacks
 from .moe_cpu import install_cpu_moe_fallbacks
 from .moe_grouped import use_grouped_mm_experts
+from .source import NATIVE_META, ModelLoadError, check_source_files, native_root, source_format
+from .source import tokenizer_dir as tokenizer_dir
 from .tokenizer import Tokenizer, builtin_tokenizer
 from .weights import load_safetensors, save_safetensors
 
-NATIVE_META = "rlc_model.json"
 NATIVE_FORMAT = "rlc-olmo-core"
 FAMILIES = ("dense", "moe", "hybrid_moe")
-
-
-class ModelLoadError(ValueError):
-    """The model source cannot be loaded (bad name, missing files, unsupported format)."""
 
 
 @dataclass
@@ -52,28 +49,6 @@ def family_of(config: TransformerConfig) -> str:
     if any(b.feed_forward_moe is not None for b in blocks):
         return "moe"
     return "dense"
-
-
-def source_format(source: str) -> str:
-    """``builtin`` | ``native`` | ``hf`` | ``olmo_core_dist`` for a source string."""
-    if source.startswith("builtin:"):
-        return "builtin"
-    path = Path(source)
-    if not path.is_dir():
-        raise ModelLoadError(f"model source {source!r} is neither builtin:NAME nor a directory")
-    if (path / NATIVE_META).is_file() or (path / "model" / NATIVE_META).is_file():
-        return "native"
-    cfg_file = path / "config.json"
-    if cfg_file.is_file():
-        cfg = json.loads(cfg_file.read_text())
-        if "model_type" in cfg:
-            return "hf"
-        if "model" in cfg and (path / "model_and_optim").is_dir():
-            return "olmo_core_dist"
-    raise ModelLoadError(
-        f"{source}: not a model directory (expected {NATIVE_META}, an HF config.json with "
-        "model_type + *.safetensors, or an OLMo-core checkpoint with model_and_optim/)"
-    )
 
 
 def _finish(
@@ -152,38 +127,31 @@ def _init_builtin(
 def check_source(source: str, *, hf_template: str | None = None) -> None:
     """Refuse a model source ``load_model`` could not load, reading configs only (no weights).
 
-    Why: the runtime runs this before any engine starts, so a missing or unloadable
-    checkpoint is one line at start-up rather than an engine's traceback minutes later.
+    Why: a missing or unloadable checkpoint is one line at start-up rather than an
+    engine's traceback minutes later. The files are checked first (``check_source_files``,
+    which ``rlc run`` runs before anything starts); here the architecture too, through
+    OLMo-core's configs.
     """
-    try:
-        fmt = source_format(source)
-    except (OSError, ValueError) as exc:  # json errors are ValueErrors too
-        raise ModelLoadError(str(exc)) from None
+    fmt = check_source_files(source, hf_template=hf_template, tokenizer=False)
     path = Path(source)
     try:
         if fmt == "builtin":
             tokenizer = builtin_tokenizer(source)
             builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, 0)
         elif fmt == "native":
-            root = path if (path / NATIVE_META).is_file() else path / "model"
-            meta = json.loads((root / NATIVE_META).read_text())
+            meta = json.loads((native_root(path) / NATIVE_META).read_text())
             TransformerConfig.from_dict(meta["model_config"])
-            if not any(root.glob("*.safetensors")):
-                raise ModelLoadError(f"{source}: no *.safetensors weights")
         elif fmt == "hf":
             from .hf import UnsupportedHFModel, hf_config_to_olmo_core
 
-            if not any(path.glob("*.safetensors")):
-                raise ModelLoadError(f"{source}: no *.safetensors weights")
             try:
                 hf_config_to_olmo_core(json.loads((path / "config.json").read_text()))
             except UnsupportedHFModel as exc:
                 raise ModelLoadError(f"{source}: {exc}") from None
             except KeyError as exc:
                 raise ModelLoadError(f"{source}: config.json has no {exc}") from None
-            _tokenizer_dir(path, hf_template)
-        else:
-            _tokenizer_dir(path, hf_template)
+        if fmt in ("hf", "olmo_core_dist"):
+            tokenizer_dir(path, hf_template)
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -241,18 +209,9 @@ def load_model(
     return _load_olmo_core_dist(path, device, dtype, architecture, hf_template)
 
 
-def _tokenizer_dir(path: Path, hf_template: str | None) -> Path:
-    """Where the tokenizer is: beside the weights, else in ``hf_template``."""
-    for root in (path, Path(hf_template) if hf_template else None):
-        if root is not None and (root / "tokenizer.json").is_file():
-            return root
-    where = f"{path} or the hf_template {hf_template}" if hf_template else str(path)
-    raise ModelLoadError(f"no tokenizer.json in {where} (the tokenizer travels with the model)")
-
-
 def _tokenizer(path: Path, hf_template: str | None) -> Tokenizer:
     """The tokenizer beside the weights, else the one in ``hf_template``."""
-    return Tokenizer.from_dir(_tokenizer_dir(path, hf_template))
+    return Tokenizer.from_dir(tokenizer_dir(path, hf_template))
 
 
 def _load_olmo_core_dist(

@@ -144,13 +144,18 @@ class Supervisor:
         servers: Sequence[tuple[str, Sequence[str], Mapping[str, str], int]],
         health_timeout_s: float,
         startup_timeout_s: float,
+        after_spawn: Callable[[], None] | None = None,
     ) -> list[str]:
         """Start every ``(name, argv, env, port)`` HTTP server, then wait until each answers
-        ``/health`` on loopback (they start in parallel); returns their loopback URLs."""
+        ``/health`` on loopback (they start in parallel); returns their loopback URLs.
+        ``after_spawn`` runs once every process exists, before the wait (work to overlap
+        with their start-up)."""
         from runtime.node.health import healthy
 
         for name, argv, env, _ in servers:
             self.start(name, argv, env=env)
+        if after_spawn is not None:
+            after_spawn()
         urls = []
         for name, _, _, port in servers:
             url = f"http://127.0.0.1:{port}"

@@ -281,6 +281,50 @@ def test_runtime_refuses_an_unloadable_source_before_engines_start(
     assert not (tmp_path / "run" / "logs").exists()  # no engine (or any role) was started
 
 
+def test_runtime_names_an_architecture_changed_after_compile(tmp_path: Path) -> None:
+    """The architecture is checked through OLMo-core while the engines start (its import
+    is off the critical path); a source whose files are all there but whose config.json
+    now names an unsupported model is still one line and exit 2, never a traceback."""
+    src = _hf_dir(tmp_path / "ckpt", "olmo2")
+    r, _ = _compile(tmp_path, str(src))
+    assert r.ok, _codes(r)
+    from compiler.manifest.manifest import manifest_bytes
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_bytes(manifest_bytes(r.manifest()))
+    (src / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.entrypoints.execute", str(manifest), "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rlc: error: model.source:")]
+    assert len(lines) == 1 and "llama" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_node_starts_its_engines_before_importing_torch() -> None:
+    """What the trainer node runs before its engines start (manifest, config, the source's
+    files, data, placement) imports neither torch nor OLMo-core: their import overlaps the
+    engines' start-up (runtime.node.preload)."""
+    code = (
+        "import sys, runtime.entrypoints.execute, runtime.config, runtime.manifest, "
+        "runtime.models.source, runtime.models.tokenizer, runtime.node.placement, "
+        "runtime.rollout.driver, runtime.node.supervisor, runtime.node.preload; "
+        "print(sorted(m for m in ('torch', 'olmo_core') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_hf_source_without_a_chat_template_fails_at_model_source(tmp_path: Path) -> None:
     src = _hf_dir(tmp_path / "olmo2", "olmo2")
     (src / "chat_template.jinja").unlink()
