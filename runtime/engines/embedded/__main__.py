@@ -255,9 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         decode_attention=ATTENTION_BACKENDS[args.attention_backend],
     )
     engine.start()
-    from runtime.heap import freeze_heap
-
-    freeze_heap()  # the loaded model's objects; /warm_up freezes its compiled graphs too
     server_args = {k: v for k, v in vars(args).items()}
     server_args["model_path"] = args.model
     tokenizer_dir, written = local_tokenizer_dir(args.model, args.hf_template, loaded.tokenizer)
