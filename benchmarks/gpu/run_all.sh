@@ -206,11 +206,11 @@ for s in "$@"; do
       --new-tokens 256 --collections 3 --publish tensor --label dense-16x8x256-nofreeze \
       --no-freeze-heap --deadline-s 135 --out "$RES"
     ;;
-  decode10)  # merged q/k/v and gate/up products (the default) against separate ones, with
-    # the kernel profile (matmul ms per decode step)
+  decode10)  # merged q/k/v and gate/up products (the default) against separate ones, and
+    # 128-entry KV buckets (less attention padding, twice the graphs), with the kernel profile
     stage decode10 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
-      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile \
-      --variants graph,compile,fused graph,compile,fused,unfused --hf static \
+      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
+      --variants graph,compile,fused graph,compile,fused,unfused graph,compile,fused,kv_step=128 \
       --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
     ;;
   admission)  # what admitting a 16x8 collection costs the engine's host, and its rounds
