@@ -1270,9 +1270,12 @@ class Engine:
         old_rows = {id(r): r.slot for r in survivors}  # fused step rows follow the slots
         holes = sorted(r.slot for r in done if 0 <= r.slot < n)
         movers = sorted((r for r in survivors if r.slot >= n), key=lambda r: r.slot)
-        for hole, r in zip(holes, movers, strict=True):
-            self.im.move_slot(r.slot, hole, r.cached_len + ahead)
-            r.slot = hole
+        pairs = list(zip(holes, movers, strict=True))
+        if pairs:  # one gather and scatter per cache tensor for all of them
+            longest = max(r.cached_len + ahead for _, r in pairs)
+            self.im.move_slots([r.slot for _, r in pairs], [hole for hole, _ in pairs], longest)
+            for hole, r in pairs:
+                r.slot = hole
         self._running = sorted(survivors, key=lambda r: r.slot)
         if self.fused_sampling and batch is not None and survivors:
             # the survivors' step rows are already on the device: gather them instead of

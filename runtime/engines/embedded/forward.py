@@ -1129,11 +1129,16 @@ class InferenceModel:
         pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
         if not pairs or length <= 0:
             return
-        src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
-        dst = torch.tensor([d for _, d in pairs], dtype=torch.long, device=self.device)
-        for c in self.kv_rows():
-            head = c[:, :, :length]
-            head.index_copy_(0, dst, head.index_select(0, src))  # the gather copies first
+        if len(pairs) == 1:  # one row: a direct copy, no gathered temporary
+            ((s, d),) = pairs
+            for c in self.kv_rows():
+                c[d, :, :length] = c[s, :, :length]
+        else:
+            src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
+            dst = torch.tensor([d for _, d in pairs], dtype=torch.long, device=self.device)
+            for c in self.kv_rows():
+                head = c[:, :, :length]
+                head.index_copy_(0, dst, head.index_select(0, src))  # gathered first
         if self.recurrent is not None:
             for s, d in pairs:
                 self.recurrent.move(s, d)
