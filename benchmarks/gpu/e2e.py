@@ -111,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the engine's decode attention (default: the engine's)",
     )
+    ap.add_argument(
+        "--graph-kv-step",
+        type=int,
+        default=None,
+        help="the engine's KV-length bucket for decode graphs (--cuda-graph-kv-step; default: "
+        "the engine's 256): finer buckets read less padding and capture more graphs",
+    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -166,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         context_length=max(map(len, prompt_ids)) + args.new_tokens + 8,
         cuda_graph=graph,
         **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
+        **({"graph_kv_step": args.graph_kv_step} if args.graph_kv_step is not None else {}),
     )
     eng.start()
     setup_s = time.perf_counter() - t0
@@ -202,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                 "publish": args.publish,
                 "cuda_graph": graph,
                 "fused_sampling": eng.fused_sampling,
+                "decode_attention": eng.im.decode_attention,
+                "graph_kv_step": eng.im.graph_kv_step,
+                "decode_graphs": eng.im.captured_graphs(),
                 "attention_backend": backend,
                 "compile_cache": str(args.compile_cache),
                 "compile_cache_warm": cache_warm,

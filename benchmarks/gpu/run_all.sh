@@ -9,7 +9,8 @@
 # decode2 moe-decode trainer-flex e2e-8 e2e-16 trl-8 trl-16 long decode3 e2e3-8 e2e3-16 long16
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
-# decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 (see below).
+# decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
+# e2e11-kv64 (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -212,6 +213,18 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
       --variants graph,compile,fused graph,compile,fused,unfused graph,compile,fused,kv_step=128 \
       --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  decode11)  # what removes the bucket padding SDPA reads: 64-entry KV buckets (more graphs),
+    # and FlexAttention compiled per batch size (each row reads its own blocks), kernel profile
+    stage decode11 "${DECODE_TIMEOUT:-330}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
+      --variants graph,compile,fused graph,compile,fused,kv_step=64 graph,compile,fused,attn=flex \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  e2e11-kv64)  # 16x8x256 with 64-entry KV buckets: the capture count and the collection
+    stage e2e11-kv64 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
+      --collections 3 --publish tensor --label dense-16x8x256-kv64 --graph-kv-step 64 \
+      --deadline-s 135 --out "$RES"
     ;;
   admission)  # what admitting a 16x8 collection costs the engine's host, and its rounds
     stage admission 200 python3 benchmarks/engine_admission.py --device cuda --source "$M1B" \
