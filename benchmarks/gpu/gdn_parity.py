@@ -138,7 +138,7 @@ def engine_parity(model: Any) -> dict[str, float]:
                 pos[s] += 1
             keep = [s for s in rows if pos[s] < total]
             for dst, s in enumerate(keep):  # compaction, as the scheduler does on a finish
-                im.move_slot(rows.index(s), dst, pos[s])
+                im.move_slots([rows.index(s)], [dst], pos[s])
             rows = keep
         result[f"{mode}_decode"] = worst
     result["graphs_captured"] = float(len(im.graph_keys()))

@@ -70,7 +70,7 @@ def _check_checkpoint(source: str) -> None:
 def _tokenizer(source: str) -> Any:
     """The checkpoint's tokenizer, without loading its weights."""
     from runtime.models import Tokenizer, source_format
-    from runtime.models.loader import NATIVE_META
+    from runtime.models.source import NATIVE_META
     from runtime.models.tokenizer import builtin_tokenizer
 
     fmt = source_format(source)

@@ -15,8 +15,14 @@ from .builtin import builtin_config
 from .gdn_cpu import has_gated_delta_net, install_cpu_gdn_fallbacks
 from .moe_cpu import install_cpu_moe_fallbacks
 from .moe_grouped import use_grouped_mm_experts
-from .source import NATIVE_META, ModelLoadError, check_source_files, native_root, source_format
-from .source import tokenizer_dir as tokenizer_dir
+from .source import (
+    NATIVE_META,
+    ModelLoadError,
+    check_source_files,
+    native_root,
+    source_format,
+    tokenizer_dir,
+)
 from .tokenizer import Tokenizer, builtin_tokenizer
 from .weights import load_safetensors, save_safetensors
 

@@ -93,12 +93,12 @@ def test_batched_decode_with_ragged_lengths_and_slot_moves():
         for b, r in enumerate(refs):
             assert (logits[b] - r[cut[b] + step]).abs().max().item() < TOL
     # a request moved to another slot keeps its cache
-    im.move_slot(2, 0, length=len(seqs[2]))
+    im.move_slots([2], [0], length=len(seqs[2]))
     logits, _ = im.decode(torch.tensor([seqs[2][-1]]), torch.tensor([len(seqs[2]) - 1]))
     assert (logits[0] - refs[2][-1]).abs().max().item() < TOL
 
 
-def test_batched_slot_moves_equal_moves_one_by_one():
+def test_batched_slot_moves_decode_as_the_originals():
     """``move_slots`` copies every pair in one gather and scatter per cache tensor: the
     moved rows decode exactly as the originals did, a destination that is also a source
     takes the source's old content, and ``read_kv``/``write_kv`` round-trip a slot."""

@@ -183,7 +183,7 @@ def test_engine_carries_recurrent_state_of_concurrent_sequences(tmp_path) -> Non
     pos, rows = list(starts), [0, 1, 2]  # rows: which sequence sits in slot 0, 1, 2
     for step in range(SEQ - max(starts)):
         if step == 4:  # the sequence in slot 0 finishes; slot 2's moves into the hole
-            im.move_slot(2, 0, pos[rows[2]])
+            im.move_slots([2], [0], pos[rows[2]])
             rows = [rows[2], rows[1]]
         toks = torch.tensor([full[r][pos[r]] for r in rows])
         logits, _ = im.decode(toks, torch.tensor([pos[r] for r in rows]))

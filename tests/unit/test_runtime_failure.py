@@ -18,13 +18,13 @@ Traceback (most recent call last):
     loaded = load_model(args.model)
   File "runtime/models/hf.py", line 40, in hf_config_to_olmo_core
     raise ModelLoadError(f"unsupported model_type {kind!r}")
-runtime.models.loader.ModelLoadError: unsupported model_type 'gpt2'
+runtime.models.source.ModelLoadError: unsupported model_type 'gpt2'
 """
 
 
 def test_cause_is_the_exception_line_of_a_traceback() -> None:
     assert cause_from_text(TRACEBACK) == (
-        "runtime.models.loader.ModelLoadError: unsupported model_type 'gpt2'"
+        "runtime.models.source.ModelLoadError: unsupported model_type 'gpt2'"
     )
 
 
@@ -44,7 +44,7 @@ def test_describe_exit_names_signal_and_log(tmp_path: Path) -> None:
     log.write_text(TRACEBACK)
     line = describe_exit("engine:0", -9, log)
     assert line == (
-        "engine:0 exited (killed by SIGKILL): runtime.models.loader.ModelLoadError: "
+        "engine:0 exited (killed by SIGKILL): runtime.models.source.ModelLoadError: "
         f"unsupported model_type 'gpt2'; full log: {log}"
     )
     assert "\n" not in line

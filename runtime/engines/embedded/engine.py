@@ -948,11 +948,8 @@ class Engine:
             [len(r.output_ids) for r in reqs], dtype=torch.long, device=last.device
         )
         toks, lps = sample_batch(last, sampling, counters)
-        t0 = time.perf_counter()
-        both = torch.stack([toks.double(), lps.double()]).tolist()  # waits for the device
         # the rest of prefill_s is the host issuing work: small waits mean host-bound
-        self.timings["prefill_wait_s"] += time.perf_counter() - t0
-        self._accept_rows(reqs, both[0], both[1])
+        self.timings["prefill_wait_s"] += self._accept_all(reqs, toks, lps)
 
     def _prefill_forward(
         self, reqs: list[GenRequest], want: list[bool]
@@ -1205,10 +1202,14 @@ class Engine:
             kept = [reqs[i] for i in rows]
             self._accept_rows(kept, [both[0][i] for i in rows], [both[1][i] for i in rows])
 
-    def _accept_all(self, reqs: list[GenRequest], toks: torch.Tensor, lps: torch.Tensor) -> None:
-        """One host transfer for the whole batch, then per-request stop checks and retire."""
+    def _accept_all(self, reqs: list[GenRequest], toks: torch.Tensor, lps: torch.Tensor) -> float:
+        """One host transfer for the whole batch, then per-request stop checks and retire;
+        returns the seconds the transfer waited for the device."""
+        t0 = time.perf_counter()
         both = torch.stack([toks.double(), lps.double()]).tolist()
+        waited = time.perf_counter() - t0
         self._accept_rows(reqs, both[0], both[1])
+        return waited
 
     def _accept_rows(self, reqs: list[GenRequest], toks: list[float], lps: list[float]) -> None:
         """Append each request's token and log-prob, check its stops, retire the finished."""

@@ -1116,10 +1116,6 @@ class InferenceModel:
             )
         return self._step_graphs[key]
 
-    def move_slot(self, src: int, dst: int, length: int) -> None:
-        """Copy one request's cache to another slot (compaction after a finish)."""
-        self.move_slots([src], [dst], length)
-
     def move_slots(self, srcs: list[int], dsts: list[int], length: int) -> None:
         """Copy slots ``srcs[i]`` to ``dsts[i]`` for positions ``0..length-1``: one gather
         and one scatter per cache tensor, however many pairs (a group's prompt copied to its
