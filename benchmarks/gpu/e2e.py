@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import task  # noqa: E402
+from stacks import StackSampler  # noqa: E402
 
 
 def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> list[dict]:
@@ -118,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the engine's KV-length bucket for decode graphs (--cuda-graph-kv-step; default: "
         "the engine's 256): finer buckets read less padding and capture more graphs",
     )
+    ap.add_argument(
+        "--sample-admission",
+        action="store_true",
+        help="sample the engine thread's stack during admissions (stacks.py): where the "
+        "host time of prefill_s goes, per collection",
+    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -141,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
+
+    def allocator_counts() -> dict[str, int]:
+        if not cuda:
+            return {}
+        stats = torch.cuda.memory_stats(args.device)
+        keys = ("num_alloc_retries", "num_device_alloc", "num_device_free")
+        return {k: int(stats.get(k, 0)) for k in keys}
 
     t0 = time.perf_counter()
     backend = args.attention_backend or ("flex" if cuda else "sdpa")
@@ -268,9 +282,14 @@ def main(argv: list[str] | None = None) -> int:
             sync()
             stats0, timings0, gc0 = dict(eng.stats), dict(eng.timings), pauses.snapshot()
             gen_graphs0 = compiled_graphs()  # a compile inside generation is host time
+            alloc0 = allocator_counts()
+            sampler = None
+            if args.sample_admission and eng._thread is not None and eng._thread.ident:
+                sampler = StackSampler(eng._thread.ident, "_admit").start()
             t_start = time.perf_counter()
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
+            admission_stacks = sampler.stop() if sampler is not None else None
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
             # (prefix_cache_s: the radix tree's host time, inside prefill_s and decode_s;
             # prefill_wait_s: of prefill_s, waiting for the device's first tokens)
@@ -325,10 +344,15 @@ def main(argv: list[str] | None = None) -> int:
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),
                 "engine": engine_delta,
+                # the caching allocator over the collection (device-wide, both sides):
+                # retries flush the cache and synchronize; segments are cudaMalloc calls
+                "allocator": {k: v - alloc0.get(k, 0) for k, v in allocator_counts().items()},
                 # this process's GC pauses over the collection (every thread's)
                 "gc": pauses.since(gc0),
                 "prompt_tokens": [len(x) for x in ids],
             }
+            if admission_stacks is not None:
+                row["admission_stacks"] = admission_stacks
             colls.append(row)
             print(f"collection {c}: {row}", flush=True)
             write()

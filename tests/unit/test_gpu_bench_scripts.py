@@ -1,5 +1,5 @@
-"""The next GPU session's scripts parse their arguments and run their CPU-sized smokes, so
-a device call is not spent finding a typo (the long-context smoke first found that the
+"""The GPU benchmark scripts parse their arguments and run their CPU-sized smokes, so a
+GPU run is not spent finding a typo (the long-context smoke first found that the
 engine refused the trainer's activation-checkpointed modules)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -56,9 +58,47 @@ def test_e2e_dry_run(
     e2e = _load("benchmarks/gpu/e2e.py", "gpu_e2e_bench")
     # --graph-kv-step reaches the engine (no decode graphs on a CPU: nothing captured)
     argv = ["--dry-run", "--compile-cache", str(tmp_path / "cache"), "--graph-kv-step", "64"]
-    assert e2e.main(argv) == 0
+    assert e2e.main([*argv, "--sample-admission"]) == 0
     out = capsys.readouterr().out
     assert "collection 1:" in out and "total_s" in out
+    # each collection says where its admissions' host time went, and what it compiled
+    assert out.count("'admission_stacks': {'within': '_admit'") == 2
+    assert "'generation_new_compiled_graphs': 0" in out
+
+
+def test_stack_sampler_counts_only_inside_the_named_function() -> None:
+    stacks = _load("benchmarks/gpu/stacks.py", "gpu_stacks")
+    go, stop = threading.Event(), threading.Event()
+
+    def spin_outside() -> None:
+        while not go.is_set():
+            pass
+
+    def _admit() -> None:
+        deadline = time.perf_counter() + 0.2
+        while time.perf_counter() < deadline:
+            pass
+
+    def body() -> None:
+        spin_outside()
+        _admit()
+        stop.wait(5)
+
+    worker = threading.Thread(target=body, daemon=True)
+    worker.start()
+    assert worker.ident is not None
+    sampler = stacks.StackSampler(worker.ident, "_admit", interval_s=0.002).start()
+    time.sleep(0.1)  # spinning outside ``_admit``: not counted
+    go.set()
+    time.sleep(0.35)
+    report = sampler.stop()
+    stop.set()
+    worker.join()
+    assert report["within"] == "_admit"
+    assert 0.02 <= report["sampled_s"] <= 0.25
+    frames = [name for name, _ in report["leaf_frames_s"]]
+    assert frames and all(":_admit:" in name for name in frames)
+    assert report["own_frames_s"] == []  # no frame of runtime/ on this stack
 
 
 def test_long_context_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
