@@ -67,8 +67,8 @@ class GcPauses:
     def since(self, before: dict[str, float]) -> dict[str, float]:
         """Pauses after the ``snapshot`` ``before``: seconds, counts, the longest one."""
         now = self.snapshot()
-        out = {k: now[k] - before[k] for k in ("gc_pause_s", "gc_collections")}
-        out["gc_full_collections"] = now["gc_full_collections"] - before["gc_full_collections"]
+        keys = ("gc_pause_s", "gc_collections", "gc_full_collections")
+        out = {k: now[k] - before[k] for k in keys}
         out["gc_longest_pause_s"] = max(
             (p for end, p in list(self._recent) if end >= before["at"]), default=0.0
         )

@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             t_start = time.perf_counter()
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
+            gen_graphs = compiled_graphs() - gen_graphs0
             admission_stacks = sampler.stop() if sampler is not None else None
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
             # (prefix_cache_s: the radix tree's host time, inside prefill_s and decode_s;
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                 "total_s": t_pub - t_start,
                 "gen_tokens": sum(len(r["output_ids"]) for r in results),
                 "update_rows": [int(r.input_ids.numel()) for r in rows],
-                "generation_new_compiled_graphs": graphs0 - gen_graphs0,
+                "generation_new_compiled_graphs": gen_graphs,
                 "update_new_compiled_graphs": compiled_graphs() - graphs0,
                 "logprob_abs_diff": metrics.get("logprob_abs_diff"),
                 "mean_reward": sum(rewards) / len(rewards),

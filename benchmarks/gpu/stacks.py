@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -93,15 +92,3 @@ class StackSampler:
             "own_frames_s": table(self.own),
             "leaf_frames_s": table(self.leaf),
         }
-
-
-def sample_while(thread_id: int, within: str, fn: Any, *args: Any) -> tuple[Any, dict[str, Any]]:
-    """``fn(*args)`` with ``thread_id`` sampled inside ``within`` meanwhile."""
-    sampler = StackSampler(thread_id, within).start()
-    t0 = time.perf_counter()
-    try:
-        result = fn(*args)
-    finally:
-        report = sampler.stop()
-    report["wall_s"] = round(time.perf_counter() - t0, 4)
-    return result, report

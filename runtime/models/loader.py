@@ -193,7 +193,7 @@ def load_model(
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     path = Path(source)
     if fmt == "native":
-        root = path if (path / NATIVE_META).is_file() else path / "model"
+        root = native_root(path)
         meta = json.loads((root / NATIVE_META).read_text())
         config = TransformerConfig.from_dict(meta["model_config"])
         tokenizer = Tokenizer.from_dir(root)
