@@ -125,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sample the engine thread's stack during admissions (stacks.py): where the "
         "host time of prefill_s goes, per collection",
     )
+    ap.add_argument(
+        "--prefill-cudnn",
+        action="store_true",
+        help="let prefill's attention use cuDNN's SDPA backend too (the engine leaves it out: "
+        "a plan built per new shape)",
+    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -136,7 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRITON_CACHE_DIR", str(args.compile_cache / "triton"))
     t_main = time.perf_counter()
 
+    from runtime.engines.embedded import forward as engine_forward
     from runtime.engines.embedded.engine import Engine
+
+    if args.prefill_cudnn:
+        from torch.nn.attention import SDPBackend
+
+        engine_forward.PREFILL_SDPA_BACKENDS = (
+            *engine_forward.PREFILL_SDPA_BACKENDS,
+            SDPBackend.CUDNN_ATTENTION,
+        )
     from runtime.engines.embedded.sampling import SamplingParams
     from runtime.publication.disk import write_snapshot
     from runtime.trainer import Sample, Trainer, TrainerConfig, group_advantages
@@ -228,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                 "graph_kv_step": eng.im.graph_kv_step,
                 "decode_graphs": eng.im.captured_graphs(),
                 "attention_backend": backend,
-                "compile_cache": str(args.compile_cache),
+                "compile_cache": args.compile_cache.name,
+                "prefill_sdpa_backends": [b.name for b in engine_forward.PREFILL_SDPA_BACKENDS],
+                "scores_on_training_graph": trainer.scores_on_training_graph,
                 "compile_cache_warm": cache_warm,
                 "freeze_heap": args.freeze_heap,
                 "decode_compile_and_capture_s": eng.im.capture_s,

@@ -10,7 +10,7 @@
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
-# e2e11-kv64 e2e12-prefill (see below).
+# e2e11-kv64 e2e12-prefill e2e13-prefill (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -225,6 +225,20 @@ for s in "$@"; do
     stage e2e11-kv64 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
       --collections 3 --publish tensor --label dense-16x8x256-kv64 --graph-kv-step 64 \
       --deadline-s 135 --out "$RES"
+    ;;
+  e2e13-prefill)  # is the prefill excess cuDNN building plans with an empty driver JIT
+    # cache? 16x8x256, each process with its own empty CUDA_CACHE_PATH: everything cold with
+    # prefill off cuDNN (the engine's default), then the compiler cache warm and cuDNN allowed
+    rm -rf /tmp/rlc-compile-cache-13 /tmp/cuda-jit-13-*
+    for label in nocudnn-cold cudnn-jitcold; do
+      extra=; [ "$label" = cudnn-jitcold ] && extra=--prefill-cudnn
+      export CUDA_CACHE_PATH=/tmp/cuda-jit-13-$label
+      stage "e2e13-$label" 150 python3 benchmarks/gpu/e2e.py \
+        --prompts 16 --group 8 --new-tokens 256 --collections 3 --publish tensor \
+        --label "dense-16x8x256-$label" --compile-cache /tmp/rlc-compile-cache-13 \
+        --sample-admission --deadline-s 135 --out "$RES" $extra
+      unset CUDA_CACHE_PATH
+    done
     ;;
   e2e12-prefill)  # the host-bound prefill of a cold-cache process's first collections:
     # 16x8x256 with an empty compiler cache, then with the cache it left (heap frozen in

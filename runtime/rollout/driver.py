@@ -790,6 +790,8 @@ def _warm_decode_graphs(
     if warm_trainer:
         startup.details["trainer_warm_up_rows"] = rows
         startup.details["trainer_warm_up_s"] = round(trainer_s, 2)
+        # each row's seconds and compiled graphs: where the warm-up's time goes
+        startup.details["trainer_warm_up"] = list(getattr(trainer.inner, "warm_up_log", []))
     startup.details["modes"] = sorted({m for a in answers.values() for m in a.get("modes", [])})
 
 

@@ -159,6 +159,17 @@ def _filler_rows() -> list[PackedRow]:
     return pack_samples([Sample([0], [0], 0.0, loss_mask=[0])], None)
 
 
+def _has_dropout(model: torch.nn.Module) -> bool:
+    """Whether training mode changes the model's forward: a dropout module or an attention
+    backend with a non-zero probability."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return True
+        if float(getattr(m, "dropout_p", 0.0) or 0.0) > 0:
+            return True
+    return False
+
+
 def _token_logprobs(
     logits: torch.Tensor, pos: torch.Tensor, targets: torch.Tensor, want_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -303,6 +314,15 @@ class Trainer:
                 min_ratio=cfg.min_lr_ratio,
             ),
         )
+        # a dense, unsharded, compiled model without dropout scores on its training graph
+        self.scores_on_training_graph = (
+            cfg.compile_model
+            and not self.routers
+            and self.mesh is None
+            and not _has_dropout(self.model)
+        )
+        # the last warm-up's rows: pass, tokens, seconds, graphs compiled (start-up report)
+        self.warm_up_log: list[dict[str, Any]] = []
         self._batch_counts: torch.Tensor | None = None  # the batch's expert assignments
         self._state_refs: dict[str, torch.Tensor] | None = None  # views of the weights
         self.step = 0
@@ -529,17 +549,25 @@ class Trainer:
     def compute_logprobs(self, samples: Sequence[Sample]) -> list[torch.Tensor]:
         """Per-sample logprobs (CPU fp32) of the response tokens under the current weights.
 
+        A model that ``scores_on_training_graph`` runs its training graph here (train mode,
+        autograd on, the result detached): the same math, and no second set of compiled
+        graphs to build at start-up. Others run in eval mode without autograd.
         Several ranks: each scores its share, rank 0 gathers them (others return ``[]``)."""
         was_training = self.model.training
-        self.model.eval()
+        as_trained = self.scores_on_training_graph
+        self.model.train(as_trained)
         mine, local = self.local_share(samples)
         out: list[torch.Tensor] = [torch.empty(0) for _ in local]
         try:
             for row in self._padded(self._rows(local)):
-                if row is None:
-                    self._forward_selected(self.model, self._filler(), want_entropy=False)
-                    continue
-                logp, _, pos, _ = self._forward_selected(self.model, row, want_entropy=False)
+                with torch.set_grad_enabled(as_trained):
+                    if row is None:
+                        self._forward_selected(self.model, self._filler(), want_entropy=False)
+                        continue
+                    logp, _, pos, _ = self._forward_selected(
+                        self.model, row, want_entropy=False
+                    )
+                logp = logp.detach()  # the autograd graph of a training-graph pass goes here
                 owners = row.sample_index.to(self.device).index_select(0, pos)
                 for i in row.samples:
                     out[i] = logp[owners == i].float().cpu()
@@ -566,33 +594,58 @@ class Trainer:
         AOTAutograd) happen before the first collection (the run does it while the engines
         capture their decode graphs). Static rows: their one length. Dynamic rows: both
         passes at every length of ``warm_up_lengths``, so every specialization a row of the
-        run can fall in is compiled here (a rung inside a compiled one only runs). The
-        backward's gradients are all zero and are dropped, buffers and the RNG are put
-        back, the optimizer never steps: the first update starts from exactly the state it
-        had. Returns how many rows ran."""
+        run can fall in is compiled here (a rung inside a compiled one only runs). A model
+        that ``scores_on_training_graph`` has no separate log-prob pass to compile; the KL
+        reference's forward is compiled beside the training pass. The backward's gradients
+        are all zero and are dropped, buffers and the RNG are put back, the optimizer never
+        steps: the first update starts from exactly the state it had. Returns how many rows
+        ran; ``warm_up_log`` holds each row's seconds and compiled graphs."""
         lengths = self.warm_up_lengths()
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
         buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
         devices = [self.device] if self.device.type == "cuda" else []
-        t0 = time.perf_counter()
+        self.warm_up_log = []
+
+        def timed(kind: str, row: PackedRow, run: Callable[[], None]) -> None:
+            t0, graphs0 = time.perf_counter(), compiled_graphs()
+            run()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.warm_up_log.append(
+                {
+                    "pass": kind,
+                    "tokens": row.num_tokens,
+                    "s": round(time.perf_counter() - t0, 3),
+                    "graphs": compiled_graphs() - graphs0,
+                }
+            )
+
+        def score(row: PackedRow) -> None:
+            self._forward_selected(self.model, row, want_entropy=False)
+
+        def train(row: PackedRow) -> None:
+            logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
+            self._reference_logprobs(row)
+            loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
+            loss.backward()
+
         try:
-            self.model.eval()  # as compute_logprobs runs
-            with torch.no_grad():
-                for row in rows:
-                    self._forward_selected(self.model, row, want_entropy=False)
-            t1 = time.perf_counter()
+            if not self.scores_on_training_graph:
+                self.model.eval()  # as compute_logprobs runs
+                with torch.no_grad():
+                    for row in rows:
+                        timed("log-prob", row, functools.partial(score, row))
             self.model.train()  # as train_step runs (a compiled block is specialized on it)
             with torch.random.fork_rng(devices=devices):
                 for row in rows:
-                    logp, ent, _, _ = self._forward_selected(self.model, row, want_entropy=True)
-                    loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
-                    loss.backward()
+                    timed("training", row, functools.partial(train, row))
+            by_pass: dict[str, float] = {}
+            for entry in self.warm_up_log:
+                by_pass[entry["pass"]] = by_pass.get(entry["pass"], 0.0) + entry["s"]
             log.info(
-                "trainer warm-up: log-prob forward %.1f s, training pass %.1f s (rows of %s "
-                "tokens)",
-                t1 - t0,
-                time.perf_counter() - t1,
+                "trainer warm-up: %s (rows of %s tokens)",
+                ", ".join(f"{k} pass {v:.1f} s" for k, v in by_pass.items()),
                 "/".join(map(str, lengths)),
             )
         finally:
@@ -601,7 +654,7 @@ class Trainer:
                 for name, b in self.model.named_buffers():
                     b.copy_(buffers[name])
             self.model.train(was_training)
-        return 2 * len(rows)
+        return len(self.warm_up_log)
 
     @collective
     def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:

@@ -248,6 +248,27 @@ def test_equal_length_batch_uses_plain_causal_path():
         assert (last[b] - _reference(loaded.model, s)[-1]).abs().max().item() < TOL
 
 
+def test_prefill_attention_leaves_cudnn_out(monkeypatch):
+    """Prefill's attention runs with cuDNN's SDPA backend off (a plan built per new shape),
+    plain and after a cached prefix; the flags are restored after it."""
+    from runtime.engines.embedded import forward as fwd
+
+    seen: list[bool] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(fwd.F, "scaled_dot_product_attention", spy)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    im = InferenceModel(build_tiny("dense", seed=1).model, max_slots=2, capacity=64)
+    im.prefill_batch([[3, 4, 5, 6], [7, 8]], [0, 1])
+    im.prefill_batch([[9, 10]], [0], starts=[4])
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
 def test_decode_with_a_longer_kv_bucket_matches():
     """Graph buckets attend more cache than needed (masked): same logits as exact length."""
     loaded = build_tiny("dense", seed=5)

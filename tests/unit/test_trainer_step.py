@@ -244,8 +244,9 @@ def _samples_of_lengths(tok, lengths: list[int]) -> list[Sample]:
         dict(sequence_packing=True, packing_max_tokens=128, activation_recompute=True),
         dict(sequence_packing=False),
         dict(sequence_packing=True, packing_max_tokens=128, row_specialization="static"),
+        dict(sequence_packing=True, packing_max_tokens=128, grpo=GRPOConfig(kl_coef=0.1)),
     ],
-    ids=["packed", "packed-recompute", "unpacked", "static"],
+    ids=["packed", "packed-recompute", "unpacked", "static", "kl-reference"],
 )
 def test_no_compile_after_the_warm_up(cfg: dict[str, Any], monkeypatch) -> None:
     """With compiled blocks, the warm-up meets every variant the run's rows take: scoring and
@@ -272,6 +273,46 @@ def test_no_compile_after_the_warm_up(cfg: dict[str, Any], monkeypatch) -> None:
         assert tr.train_step(batch)["new_compiled_graphs"] == 0.0
     assert counter.frame_count == warmed
     torch._dynamo.reset()
+
+
+def test_dense_compiled_trainer_scores_on_its_training_graph() -> None:
+    """A dense compiled model scores in train mode with autograd on (its training graph),
+    so the warm-up compiles no separate log-prob pass. The log-probs equal the eval-mode
+    ones, carry no autograd graph, and are exactly what the first update computes: its
+    ratio is 1."""
+    cfg = dict(lr=1e-3, sequence_packing=True, packing_max_tokens=128)
+    eager = Trainer(TrainerConfig(**cfg))
+    compiled = Trainer(TrainerConfig(**cfg, compile_model=True))
+    assert compiled.scores_on_training_graph and not eager.scores_on_training_graph
+    compiled.warm_up()
+    assert {e["pass"] for e in compiled.warm_up_log} == {"training"}
+    assert [e["tokens"] for e in compiled.warm_up_log] == compiled.warm_up_lengths()
+    batch = _batch(compiled.loaded.tokenizer)
+    scored = compiled.compute_logprobs(batch)
+    assert not any(t.requires_grad for t in scored)
+    for a, b in zip(scored, eager.compute_logprobs(batch), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    pinned = [
+        Sample(s.prompt_ids, s.response_ids, s.advantage, old_logprobs=t.tolist())
+        for s, t in zip(batch, scored, strict=True)
+    ]
+    m = compiled.train_step(pinned)
+    assert m["ratio_max"] == 1.0 and m["ratio_min"] == 1.0
+
+
+def test_models_that_train_differently_keep_the_eval_scoring_pass() -> None:
+    """MoE routers and dropout behave differently in train mode: such models score in eval
+    mode without autograd, and the warm-up compiles that pass too."""
+    from runtime.trainer.trainer import _has_dropout
+
+    moe = Trainer(
+        TrainerConfig(model_source="builtin:tiny-moe", compile_model=True, router_z_loss_coef=0.0)
+    )
+    assert not moe.scores_on_training_graph
+    dense = Trainer(TrainerConfig(compile_model=True))
+    assert not _has_dropout(dense.model)
+    dense.model.add_module("drop", torch.nn.Dropout(0.1))
+    assert _has_dropout(dense.model)
 
 
 def test_compiled_blocks_with_recompute_train_like_eager() -> None:

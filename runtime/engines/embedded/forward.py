@@ -27,12 +27,24 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .flex_decode import decode_blocks, flex_decode_attention
 from .recurrent import RecurrentState, is_gdn
 from .sampling import SamplingBatch, sample_rows
 
 log = logging.getLogger(__name__)
+
+# prefill's attention kernels: every SDPA backend but cuDNN's, which builds an execution
+# plan, with kernels compiled at run time, for each new shape. Prefill's shapes change with
+# every admission; on one NVIDIA H200 whose driver JIT cache was empty, those builds held
+# 0.7-0.8 s of a 16x8 collection's admission, on the attention call. Decode keeps cuDNN:
+# its shapes are captured once per graph bucket.
+PREFILL_SDPA_BACKENDS = (
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+)
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
 DECODE_ATTENTION = ("sdpa", "flex")
@@ -528,6 +540,18 @@ class InferenceModel:
 
     @torch.inference_mode()
     def prefill_batch(
+        self,
+        seqs: list[list[int]],
+        slots: list[int],
+        *,
+        want_all: list[bool] | None = None,
+        starts: list[int] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
+        """``_prefill_batch`` with prefill's attention kernels (``PREFILL_SDPA_BACKENDS``)."""
+        with sdpa_kernel(list(PREFILL_SDPA_BACKENDS)):
+            return self._prefill_batch(seqs, slots, want_all=want_all, starts=starts)
+
+    def _prefill_batch(
         self,
         seqs: list[list[int]],
         slots: list[int],
