@@ -564,9 +564,7 @@ class Trainer:
                     if row is None:
                         self._forward_selected(self.model, self._filler(), want_entropy=False)
                         continue
-                    logp, _, pos, _ = self._forward_selected(
-                        self.model, row, want_entropy=False
-                    )
+                    logp, _, pos, _ = self._forward_selected(self.model, row, want_entropy=False)
                 logp = logp.detach()  # the autograd graph of a training-graph pass goes here
                 owners = row.sample_index.to(self.device).index_select(0, pos)
                 for i in row.samples:
