@@ -80,7 +80,9 @@ class TrainerSection(Section):
         "peaked 9.5 GiB lower; the compile runs in the start-up warm-up, beside the engines' "
         "graph capture. With activation_recompute the compiled blocks recompute inside their "
         "own graphs (OLMo-core's activation memory budget, 0) instead of under checkpoint "
-        "wrappers",
+        "wrappers. A dense model without dropout on one trainer rank scores its samples on "
+        "the training graph (train mode, autograd on, result detached): the warm-up then "
+        "compiles one pass instead of two, and the first update's ratio is exactly 1",
         derived="true on GPU for dense models, false otherwise",
     )
     router_aux_loss_coef: float = fld(
