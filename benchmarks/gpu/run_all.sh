@@ -10,7 +10,7 @@
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
-# e2e11-kv64 e2e12-prefill e2e13-prefill (see below).
+# e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -225,6 +225,10 @@ for s in "$@"; do
     stage e2e11-kv64 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
       --collections 3 --publish tensor --label dense-16x8x256-kv64 --graph-kv-step 64 \
       --deadline-s 135 --out "$RES"
+    ;;
+  e2e14-1024)  # 16x8x1024 with time for three timed collections after a cold warm-up
+    stage e2e14-1024 280 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 1024 \
+      --collections 3 --publish tensor --label dense-16x8x1024 --deadline-s 265 --out "$RES"
     ;;
   e2e13-prefill)  # is the prefill excess cuDNN building plans with an empty driver JIT
     # cache? 16x8x256, each process with its own empty CUDA_CACHE_PATH: everything cold with
