@@ -20,6 +20,28 @@ COMPILED_ENV = "RLC_RUN_COMPILED"
 FILE = "startup.json"
 
 
+def process_started_at() -> float | None:
+    """Wall-clock seconds at which this process started (Linux ``/proc``; None elsewhere),
+    so a child's start-up phases begin with its interpreter and imports, not its first
+    line of code."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22: starttime
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def phase_line(phases: list[dict[str, Any]]) -> str:
+    """``name 1.2s, name 3.4s`` from ``[{"name", "seconds"}]``."""
+    return ", ".join(f"{p['name']} {float(p['seconds']):.1f}s" for p in phases)
+
+
 class StartupClock:
     """Phases as (name, seconds), each ending at its ``mark``."""
 

@@ -793,6 +793,15 @@ def _warm_decode_graphs(
         # each row's seconds and compiled graphs: where the warm-up's time goes
         startup.details["trainer_warm_up"] = list(getattr(trainer.inner, "warm_up_log", []))
     startup.details["modes"] = sorted({m for a in answers.values() for m in a.get("modes", [])})
+    # each engine's own start-up (interpreter and imports, model, KV pool), inside
+    # "engines ready": the run prints it beside its own phases
+    engine_phases = {u: a["startup"] for u, a in answers.items() if a.get("startup")}
+    if engine_phases:
+        from runtime.node.startup import phase_line
+
+        startup.details["engine_startup"] = engine_phases
+        for url, phases in engine_phases.items():
+            _logger(runner)(f"engine start-up ({url}): {phase_line(phases)}")
 
 
 def _make_teacher(cfg: RunConfig, runner: Node) -> Any:

@@ -46,6 +46,11 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     # start-up's heap is frozen before the first collection; each collection's GC pauses
     startup = json.loads((root / "startup.json").read_text())
     assert "heap freeze" in [p["name"] for p in startup["phases"]]
+    # each engine's own start-up, inside "engines ready", is kept and printed
+    assert startup["engine_startup"]
+    for phases in startup["engine_startup"].values():
+        assert [p["name"] for p in phases][-1] == "engine (KV pool)"
+    assert any(ln.startswith("rlc: engine start-up (http://") for ln in lines)
     assert startup["frozen_objects"] > 100_000
     assert all(r["gc/pause_s"] >= r["gc/longest_pause_s"] >= 0 for r in recs)
 

@@ -133,6 +133,11 @@ def test_embedded_engine_stands_in_for_sglang(tmp_path):
         # the server owns its process: once warmed up, start-up's heap is frozen
         warm = httpx.post(f"{url}/warm_up", json={}, timeout=60).json()
         assert warm["success"] and warm["frozen_objects"] > 0
+        # its own start-up, from the process's start: what "engines ready" is made of
+        names = [p["name"] for p in warm["startup"]]
+        assert names == ["interpreter and imports", "model", "engine (KV pool)"]
+        assert all(p["seconds"] >= 0 for p in warm["startup"])
+        assert warm["startup"][0]["seconds"] > 0.1  # torch's import at least
         info = httpx.get(f"{url}/get_server_info", timeout=5).json()
         assert info["gc_full_collections"] >= 1 and info["gc_pause_s"] > 0
     finally:

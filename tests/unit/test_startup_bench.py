@@ -60,3 +60,19 @@ def test_bench_table_shows_the_gc_pauses_of_each_collection(tmp_path: Path) -> N
     assert data["gc"]["longest_pause_s"] == {"first": 0.8, "steady": 0.02}
     text = table(data)
     assert "GC pauses" in text and "longest GC pause" in text
+
+
+def test_process_start_time_is_this_process() -> None:
+    """A child's start-up phases count from its interpreter's start (``/proc``)."""
+    import sys
+    import time
+
+    from runtime.node.startup import phase_line, process_started_at
+
+    started = process_started_at()
+    if not sys.platform.startswith("linux"):
+        assert started is None
+        return
+    assert started is not None
+    assert time.time() - 24 * 3600 < started <= time.time()
+    assert phase_line([{"name": "model", "seconds": 1.234}]) == "model 1.2s"

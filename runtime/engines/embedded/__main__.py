@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,14 @@ def local_tokenizer_dir(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from runtime.node.startup import phase_line, process_started_at
+
+    started = process_started_at()
+    marks: list[tuple[str, float]] = [("", started if started is not None else time.time())]
+
+    def mark(name: str) -> None:
+        marks.append((name, time.time()))
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.prefill_tokens == 0 or args.cuda_graph_kv_step < 0:
@@ -225,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     from .engine import Engine
     from .server import build_app
 
+    mark("interpreter and imports" if started is not None else "imports")
     dtype = getattr(torch, args.dtype)
     loaded = load_source(
         args.model,
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed if args.init_seed is None else args.init_seed,
         hf_template=args.hf_template,
     )
+    mark("model")
     engine = Engine(
         loaded,
         model_path=args.model,
@@ -255,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         decode_attention=ATTENTION_BACKENDS[args.attention_backend],
     )
     engine.start()
+    mark("engine (KV pool)")
+    engine.startup_phases = [
+        {"name": name, "seconds": round(t - prev, 3)}
+        for (_, prev), (name, t) in zip(marks, marks[1:], strict=False)
+    ]
     server_args = {k: v for k, v in vars(args).items()}
     server_args["model_path"] = args.model
     tokenizer_dir, written = local_tokenizer_dir(args.model, args.hf_template, loaded.tokenizer)
@@ -263,7 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         server_args["model_path"] = str(tokenizer_dir)
         server_args["served_model_name"] = args.served_model_name or args.model
     logging.getLogger(__name__).info(
-        "serving %s on %s:%d (%s)", args.model, args.host, args.port, args.device
+        "serving %s on %s:%d (%s); start-up: %s",
+        args.model,
+        args.host,
+        args.port,
+        args.device,
+        phase_line(engine.startup_phases),
     )
     app = build_app(engine, server_args, freeze_heap_after_warm_up=True)
     from .server import mount_openai

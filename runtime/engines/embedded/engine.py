@@ -283,6 +283,8 @@ class Engine:
         self.device = torch.device(device)
         self.context_length = context_length
         self.seed = seed
+        # this server's start-up: [{name, seconds}] (its __main__ fills it; /warm_up returns it)
+        self.startup_phases: list[dict[str, Any]] = []
         self.weight_version = weight_version
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
         # the KV token pool: max_total_tokens, and on a GPU mem_fraction_static of its memory

@@ -345,6 +345,7 @@ async def warm_up(request: web.Request) -> web.Response:
     except BadRequest as exc:
         return _error(str(exc))
     result = await asyncio.to_thread(engine.warm_up, params, max_kv)
+    result["startup"] = list(engine.startup_phases)  # this server's own start-up phases
     if result.get("success") and request.app[FREEZE_KEY]:
         # compiled and captured: freeze what start-up built (runtime.heap says why)
         result["frozen_objects"] = await asyncio.to_thread(freeze_heap)
