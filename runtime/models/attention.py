@@ -147,6 +147,7 @@ def flex_block_mask(
 ) -> Any:
     from torch.nn.attention.flex_attention import create_block_mask
 
+    _flex_attention(device)  # made here, eagerly: the compiled frames would guard its cache
     key = (batch, seq_len, window_size)
     hit = _MASKS.get(key)
     if hit is not None and hit[0] is cu_doc_lens:

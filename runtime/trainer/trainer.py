@@ -14,6 +14,7 @@ rank, padding with zero-weight rows, because every sharded forward is a collecti
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -109,6 +110,16 @@ RECOMPUTE_MEMORY_BUDGET = 0.0
 # row spans two of FlexAttention's 128-token blocks.
 WARM_UP_FIRST_ROW = 192
 WARM_UP_MIN_LONGEST_ROW = 320  # the ladder's top at least: the block-mask sizes vary too
+# Before the ladder, one row of a sentinel length: torch marks every dim and int equal to
+# it, its longest document or its count of 128-token blocks dynamic
+# (``torch.compiler.config.dynamic_values``), so each frame is shape-dynamic from its first
+# compile instead of static first and dynamic again at the next row. OLMo-core marks the
+# blocks' hidden states itself; the frames behind the graph break where FlexAttention's
+# block mask is built see only tensors made inside the compiled blocks. The sentinel stays
+# inside the 32-bit-indexing regime and avoids the model's own sizes (a hidden size marked
+# dynamic would slow every kernel).
+SENTINEL_ROW_MAX = 2559
+FLEX_BLOCK_TOKENS = 128
 CONTROL_TIMEOUT = timedelta(days=7)  # followers wait for rank 0 through whole rollouts
 
 
@@ -157,6 +168,25 @@ def warm_rope_tables(model: torch.nn.Module, length: int, device: torch.device) 
 def _filler_rows() -> list[PackedRow]:
     """A two-token row that trains nothing: keeps a rank in step with busier ranks."""
     return pack_samples([Sample([0], [0], 0.0, loss_mask=[0])], None)
+
+
+def _sentinel_values(tokens: int) -> tuple[int, int, int]:
+    """What a filler row of ``tokens`` brings into the compiled frames: its length, its
+    longest document (the filler's second, after a two-token first) and its block count."""
+    return tokens, tokens - 2, -(-tokens // FLEX_BLOCK_TOKENS)
+
+
+def _model_sizes(model: torch.nn.Module) -> set[int]:
+    """Every size of the model's parameters and attention heads, and the smallest ints."""
+    sizes = {0, 1, 2, 3, 4}
+    for p in model.parameters():
+        sizes.update(int(d) for d in p.shape)
+    for m in model.modules():
+        for name in ("n_heads", "n_kv_heads", "head_dim"):
+            value = getattr(m, name, None)
+            if isinstance(value, int):
+                sizes.add(value)
+    return sizes
 
 
 def _has_dropout(model: torch.nn.Module) -> bool:
@@ -469,8 +499,9 @@ class Trainer:
         return max(longest, self.static_row_tokens() or 0, WARM_UP_MIN_LONGEST_ROW)
 
     def warm_up_lengths(self) -> list[int]:
-        """The row lengths the warm-up runs: the static length, or the doubling ladder from
-        ``WARM_UP_FIRST_ROW`` up to the longest row (see there why every rung)."""
+        """The row lengths the warm-up runs: the static length, or the sentinel row (where
+        torch can take one) and the doubling ladder from ``WARM_UP_FIRST_ROW`` up to the
+        longest row (see there why every rung)."""
         static = self.static_row_tokens()
         if static:
             return [static]
@@ -478,7 +509,27 @@ class Trainer:
         lengths = [WARM_UP_FIRST_ROW]
         while lengths[-1] * 2 < longest:
             lengths.append(lengths[-1] * 2)
-        return [*lengths, longest]
+        lengths.append(longest)
+        sentinel = self.sentinel_row_tokens()
+        return lengths if sentinel is None else [sentinel, *lengths]
+
+    def sentinel_row_tokens(self) -> int | None:
+        """The warm-up's sentinel row length (see ``SENTINEL_ROW_MAX``): the longest odd
+        length up to the longest row whose own values (length, longest document of a filler
+        row, block count) are none of the model's sizes. None for static rows, an
+        uncompiled model, or a torch without ``dynamic_values``."""
+        if (
+            not self.cfg.compile_model
+            or self.static_row_tokens()
+            or not hasattr(torch.compiler.config, "dynamic_values")
+        ):
+            return None
+        avoid = _model_sizes(self.model)
+        top = min(self.longest_row_tokens(), SENTINEL_ROW_MAX)
+        for n in range(top - (1 - top % 2), WARM_UP_FIRST_ROW, -2):
+            if not set(_sentinel_values(n)) & avoid:
+                return n
+        return None
 
     def static_row_tokens(self) -> int | None:
         """The one row length of ``row_specialization = "static"`` (None when dynamic):
@@ -628,30 +679,35 @@ class Trainer:
             loss = logp.sum() * 0.0 + (ent.sum() * 0.0 if ent is not None else 0.0)
             loss.backward()
 
-        try:
-            if not self.scores_on_training_graph:
-                self.model.eval()  # as compute_logprobs runs
-                with torch.no_grad():
+        sentinel = self.sentinel_row_tokens()
+        with contextlib.ExitStack() as marks:
+            if sentinel is not None:
+                values = ",".join(map(str, _sentinel_values(sentinel)))
+                marks.enter_context(torch.compiler.config.patch(dynamic_values=values))
+            try:
+                if not self.scores_on_training_graph:
+                    self.model.eval()  # as compute_logprobs runs
+                    with torch.no_grad():
+                        for row in rows:
+                            timed("log-prob", row, functools.partial(score, row))
+                self.model.train()  # as train_step runs (a compiled block is specialized on it)
+                with torch.random.fork_rng(devices=devices):
                     for row in rows:
-                        timed("log-prob", row, functools.partial(score, row))
-            self.model.train()  # as train_step runs (a compiled block is specialized on it)
-            with torch.random.fork_rng(devices=devices):
-                for row in rows:
-                    timed("training", row, functools.partial(train, row))
-            by_pass: dict[str, float] = {}
-            for entry in self.warm_up_log:
-                by_pass[entry["pass"]] = by_pass.get(entry["pass"], 0.0) + entry["s"]
-            log.info(
-                "trainer warm-up: %s (rows of %s tokens)",
-                ", ".join(f"{k} pass {v:.1f} s" for k, v in by_pass.items()),
-                "/".join(map(str, lengths)),
-            )
-        finally:
-            self.optimizer.zero_grad(set_to_none=True)
-            with torch.no_grad():
-                for name, b in self.model.named_buffers():
-                    b.copy_(buffers[name])
-            self.model.train(was_training)
+                        timed("training", row, functools.partial(train, row))
+            finally:
+                self.optimizer.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    for name, b in self.model.named_buffers():
+                        b.copy_(buffers[name])
+                self.model.train(was_training)
+        by_pass: dict[str, float] = {}
+        for entry in self.warm_up_log:
+            by_pass[entry["pass"]] = by_pass.get(entry["pass"], 0.0) + entry["s"]
+        log.info(
+            "trainer warm-up: %s (rows of %s tokens)",
+            ", ".join(f"{k} pass {v:.1f} s" for k, v in by_pass.items()),
+            "/".join(map(str, lengths)),
+        )
         return len(self.warm_up_log)
 
     @collective

@@ -120,6 +120,55 @@ def test_warm_up_lengths_climb_to_the_longest_row() -> None:
     assert Trainer(static).warm_up_lengths() == [512]
 
 
+def test_a_compiled_warm_up_starts_with_a_sentinel_row() -> None:
+    """Compiled, the warm-up first runs a row of a sentinel length (odd, inside the 32-bit
+    indexing regime, none of its values a model size), which torch marks dynamic."""
+    from runtime.trainer.trainer import _model_sizes, _sentinel_values
+
+    tr = Trainer(TrainerConfig(sequence_packing=True, packing_max_tokens=8192, compile_model=True))
+    sentinel = tr.sentinel_row_tokens()
+    assert sentinel == 2559 and tr.warm_up_lengths()[0] == sentinel
+    assert tr.warm_up_lengths()[1:] == [192, 384, 768, 1536, 3072, 6144, 8192]
+    assert not set(_sentinel_values(sentinel)) & _model_sizes(tr.model)
+    short = Trainer(
+        TrainerConfig(sequence_packing=True, packing_max_tokens=700, compile_model=True)
+    )
+    n = short.sentinel_row_tokens()
+    assert n is not None and n % 2 == 1 and n <= 700
+
+
+def test_frames_behind_the_mask_graph_break_compile_once() -> None:
+    """FlexAttention's block mask is built eagerly (a graph break inside each block), so
+    the frames after it see tensors made inside the compiled blocks. With the sentinel
+    row first they compile shape-dynamic at once: the ladder's later rows compile nothing
+    (without it, the second row compiled them all again). The log-prob pass in eval mode
+    runs FlexAttention on the CPU too."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compile_module = torch.nn.Module.compile
+
+    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        compile_module(self, *args, **{**kwargs, "backend": counter})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.nn.Module, "compile", counted)
+        cfg = TrainerConfig(
+            sequence_packing=True,
+            packing_max_tokens=1024,
+            compile_model=True,
+            attention_backend="flex",
+        )
+        tr = Trainer(cfg)
+        tr.scores_on_training_graph = False  # keep the eval-mode pass (FlexAttention)
+        tr.warm_up()
+    scored = [e for e in tr.warm_up_log if e["pass"] == "log-prob"]
+    assert scored[0]["tokens"] == tr.sentinel_row_tokens() and scored[0]["graphs"] > 0
+    assert [e["graphs"] for e in scored[1:]] == [0] * (len(scored) - 1)
+    torch._dynamo.reset()
+
+
 def test_publication_dtype_and_checksum() -> None:
     tr = Trainer(TrainerConfig())
     pub = tr.state_dict_for_publication(dtype=torch.bfloat16)
