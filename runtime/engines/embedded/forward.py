@@ -549,15 +549,14 @@ class InferenceModel:
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
         """``_prefill_batch`` with prefill's attention kernels (``PREFILL_SDPA_BACKENDS``)."""
         with sdpa_kernel(list(PREFILL_SDPA_BACKENDS)):
-            return self._prefill_batch(seqs, slots, want_all=want_all, starts=starts)
+            return self._prefill_batch(seqs, slots, want_all, starts)
 
     def _prefill_batch(
         self,
         seqs: list[list[int]],
         slots: list[int],
-        *,
-        want_all: list[bool] | None = None,
-        starts: list[int] | None = None,
+        want_all: list[bool] | None,
+        starts: list[int] | None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
         """Prefill ragged prompts in ONE forward (right-padded, masked); fill each slot's cache.
 
