@@ -127,7 +127,9 @@ class InferenceSection(Section):
     )
     mem_fraction_static: float | None = fld(
         None,
-        description="fraction of GPU memory SGLang reserves for weights + KV",
+        description="fraction of GPU memory an engine reserves for weights + KV (SGLang "
+        "subtracts all the memory in use on its GPUs when it sizes the pool; the embedded "
+        "engine only its own, so a trainer starting beside it leaves its pool unchanged)",
         aliases=("inference.sglang_mem_fraction_static",),
         derived="0.4 colocated, 0.6 disaggregated",
         gt=0.0,

@@ -39,6 +39,13 @@ class EngineBackend(Protocol):
         by name plus the engine's logprobs of its own greedy continuation."""
         ...
 
+    @property
+    def pool_from_own_memory(self) -> bool:
+        """The KV pool is sized from the engine's own memory, so a trainer starting beside
+        it on the same GPU leaves the pool as it would be alone; else from the device's
+        free memory, and the trainer starts after it."""
+        ...
+
     def env(self) -> dict[str, str]:
         """The server's own switches, for an evaluator's engine (rollout engines run the
         compiled ``commands.engine_env``)."""

@@ -133,6 +133,7 @@ class SGLangBackend:
     snapshot_format: Literal["native", "hf"] = "hf"
     hf_weight_names: bool = True
     checksum_audit: bool = False
+    pool_from_own_memory: bool = False
 
     def env(self) -> dict[str, str]:
         return dict(DEFAULT_ENV)

@@ -98,6 +98,8 @@ class NodeRunner:
         self.closing = False  # the main thread is taking the node down
         self.freeze_heap = False  # gc.freeze() once start-up is done (a run's own process)
         self.preload: Any = None  # runtime.node.preload.Preload, joined after start_engines
+        # runtime.node.trainer_start.TrainerStart: the trainer built beside the engines
+        self.trainer_start: Any = None
         self._local_ports()
 
     def request_stop(self, reason: str) -> None:
@@ -148,10 +150,22 @@ class NodeRunner:
             servers,
             cfg.runtime.health_timeout_s,
             cfg.runtime.startup_timeout_s,
-            after_spawn=self.preload.start if self.preload is not None else None,
+            after_spawn=self._after_spawn,
         )
         for e in mine:
             self.registry.register(f"engine:{e.id}", self._url(e.port))
+
+    def _after_spawn(self) -> None:
+        """Once the engine processes exist (a fork beside a thread that loads libraries
+        could hang the child): the preload's imports, and the trainer's start."""
+        if self.preload is not None:
+            self.preload.start()
+        start = self.trainer_start
+        if start is not None:
+            # the trainer compiles in this process from here: its own cache directories
+            os.environ.update(self.compiler_cache.env_for("trainer"))
+            self.sup.watch = start.check  # a failed build ends the wait for the engines
+            start.start()
 
     def _register_judges(self) -> None:
         """Managed judges are roles like engines: their node registers them, and a trainer
@@ -336,6 +350,12 @@ class NodeRunner:
                     timeout_s=cfg.runtime.startup_timeout_s,
                 )
             self.start_heartbeats()
+            if self.roles.trainer and self.ident.rank == min(cfg.placement.trainer.nodes):
+                from runtime.rollout.driver import trainer_start
+
+                self.trainer_start = trainer_start(self)
+                if self.trainer_start is not None:  # a run that fails first closes it
+                    self.on_close.append(self._close_unclaimed_trainer)
             try:
                 self.start_engines()
             finally:  # an unloadable architecture is the cause an engine failure shows
@@ -381,6 +401,10 @@ class NodeRunner:
             return summary
         finally:  # a silent node will not read the outcome: no waiting for it
             self.registry.finish(outcome, nodes=1 if self.silence else self.ident.count)
+
+    def _close_unclaimed_trainer(self) -> None:
+        if self.trainer_start is not None:
+            self.trainer_start.close(lambda trainer: trainer.close())
 
     def _join_preload(self) -> None:
         """Wait for the imports and the architecture check begun at start-up; a source

@@ -68,6 +68,9 @@ class Supervisor:
     grace_s: float = 10.0
     # extra environment per child name (e.g. its private compiler-cache directories)
     env_for: Callable[[str], Mapping[str, str]] | None = None
+    # called at every poll of ``wait_ready``: raises to end the wait early (work done
+    # beside the children, such as the trainer's start, failed)
+    watch: Callable[[], None] | None = None
     children: list[Child] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -176,6 +179,8 @@ class Supervisor:
         while True:
             if child is not None and not child.alive():
                 raise ChildDied(name, child.proc.returncode, child.log_path)
+            if self.watch is not None:
+                self.watch()
             try:
                 if probe():
                     return
@@ -218,15 +223,25 @@ class Supervisor:
                 print(f"rlc: could not reap {c.name} (pid {c.pid})", file=sys.stderr)
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the runtime dies, even by SIGKILL (Linux)."""
+def _resolve_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, looked up here in the parent: a child between fork and exec must
+    not load a library (another thread of the parent, such as the trainer compiling beside
+    the engines, may hold the loader's lock at the fork, and the child would wait forever)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl  # type: ignore[no-any-return]
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_PRCTL = _resolve_prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the runtime dies, even by SIGKILL (Linux)."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -28,6 +28,7 @@ from runtime.tracking import WandbSink
 
 if TYPE_CHECKING:
     from runtime.node.protocol import Node
+    from runtime.node.trainer_start import TrainerStart
 
 
 # ---- seams ---------------------------------------------------------------------------------
@@ -526,9 +527,13 @@ def train(runner: Node) -> dict[str, Any]:
     cfg = runner.cfg
     log = _logger(runner)
     sampler, by_id = runner.prompts if runner.prompts is not None else _make_data(cfg)
-    registry = getattr(runner, "registry", None)
-    announce = None if registry is None else functools.partial(registry.register, "trainer")
-    trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
+    start: TrainerStart[TrainerAdapter] | None = getattr(runner, "trainer_start", None)
+    if start is not None:  # built (and warming up) beside the engines
+        trainer = start.built()
+    else:
+        registry = getattr(runner, "registry", None)
+        announce = None if registry is None else functools.partial(registry.register, "trainer")
+        trainer = _make_trainer(cfg, runner.ident.leader_host, announce)
     startup = getattr(runner, "startup", None)
     if startup is not None:
         startup.mark("trainer")
@@ -566,6 +571,9 @@ def train(runner: Node) -> dict[str, Any]:
         router = runner.gen_url if runner.gen_url not in runner.engine_urls else None
         publisher = EngineDrainPublisher(publisher, router, cfg.runtime.publish_timeout_s)
     runner.publisher = publisher
+    # compiles and captures first: a resumed state and the audit then meet a trainer that
+    # no thread is warming up (and an engine that is not capturing)
+    _warm_up(cfg, runner, tokenizer, startup, trainer, start)
 
     state = _try_resume(cfg, trainer, sampler, runner.resume)
     if state is None:
@@ -603,8 +611,6 @@ def train(runner: Node) -> dict[str, Any]:
 
     if startup is not None:
         startup.mark("weight audit")
-    if cfg.inference.engine == "embedded":
-        _warm_decode_graphs(cfg, runner, tokenizer, startup, trainer)
     if getattr(runner, "freeze_heap", False):
         # start-up's objects (modules, compiled graphs) out of the collector's reach: a
         # full collection over them would stall a collection for a long pause
@@ -750,44 +756,88 @@ def done_line(out: dict[str, Any], total: int) -> str:
     return line
 
 
-def _warm_decode_graphs(
-    cfg: RunConfig, runner: Node, tokenizer: Any, startup: Any, trainer: Any = None
+def warms_up_trainer(cfg: RunConfig) -> bool:
+    """The trainer compiles every row length before the first collection: on GPUs only (a
+    CPU trainer has nothing to warm); ``RLC_TRAINER_WARMUP=0`` leaves its compiles to the
+    first collection (to measure what the warm-up saves)."""
+    return cfg.trainer.gpus > 0 and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
+
+
+def trainer_start(runner: Node) -> TrainerStart[TrainerAdapter] | None:
+    """This node's trainer, to build and warm up while its engines start (None: it starts
+    after them; see ``runtime.node.trainer_start``). Call before the engines start."""
+    from runtime.node.trainer_start import TrainerStart, beside_engines
+
+    cfg = runner.cfg
+    if not beside_engines(
+        trainer_world=cfg.placement.trainer.world_size,
+        trainer_on_gpus=cfg.trainer.device != "cpu",
+        colocated=cfg.inference.placement == "colocated",
+        pool_from_own_memory=backend_for(cfg.inference.engine).pool_from_own_memory,
+    ):
+        return None
+    registry = getattr(runner, "registry", None)
+    announce = None if registry is None else functools.partial(registry.register, "trainer")
+    preload = getattr(runner, "preload", None)
+    return TrainerStart(
+        lambda: _make_trainer(cfg, runner.ident.leader_host, announce),
+        TrainerAdapter.warm_up if warms_up_trainer(cfg) else None,
+        wait_first=preload.result if preload is not None else None,
+    )
+
+
+def _warm_up(
+    cfg: RunConfig,
+    runner: Node,
+    tokenizer: Any,
+    startup: Any,
+    trainer: TrainerAdapter,
+    start: TrainerStart[TrainerAdapter] | None = None,
 ) -> None:
-    """Every decode graph the run can meet, captured before the first collection; the
-    trainer compiles its log-prob forward meanwhile (the engines compile in their own
-    processes, so the two overlap). ``RLC_TRAINER_WARMUP=0`` leaves the trainer's compile
-    to the first collection (to measure the overlap)."""
+    """Before the first collection: every decode graph the run can meet, captured by the
+    embedded engines in their processes, while the trainer compiles every row length (here,
+    or begun beside the engines' start: ``start``, joined here)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from runtime.engines.warmup import warm_up_engines
 
+    embedded = cfg.inference.engine == "embedded"
     sampling = [_sampling_params(cfg, tokenizer)]
     if cfg.evaluation.mode == "shared":  # held-out prompts go to the same engines
         sampling.append({"temperature": cfg.evaluation.temperature})
-    # the trainer compiles its attention on GPUs only: a CPU trainer has nothing to warm
-    warm_trainer = (
-        trainer is not None
-        and cfg.trainer.gpus > 0
-        and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
-    )
+    rows, trainer_s = 0, None
     with ThreadPoolExecutor(max_workers=1) as pool:
-        engines = pool.submit(
-            warm_up_engines,
-            runner.engine_urls,
-            sampling,
-            float(cfg.runtime.startup_timeout_s or 1800),
-            max_kv_len=cfg.inference.max_context_length,
+        engines = (
+            pool.submit(
+                warm_up_engines,
+                runner.engine_urls,
+                sampling,
+                float(cfg.runtime.startup_timeout_s or 1800),
+                max_kv_len=cfg.inference.max_context_length,
+            )
+            if embedded
+            else None
         )
-        t0 = time.monotonic()
-        rows = trainer.warm_up() if warm_trainer else 0
-        trainer_s = time.monotonic() - t0
-        answers = engines.result()
-    graphs = sum(int(a.get("graphs") or 0) for a in answers.values())
+        if start is not None:
+            rows, trainer_s = start.warmed(), start.warm_up_s
+        elif warms_up_trainer(cfg):
+            t0 = time.monotonic()
+            rows = trainer.warm_up()
+            trainer_s = time.monotonic() - t0
+        answers = engines.result() if engines is not None else {}
     if startup is None:
         return
-    startup.mark("decode graph warm-up")
-    startup.details["graphs"] = graphs
-    if warm_trainer:
+    log = _logger(runner)
+    from runtime.node.startup import phase_line
+
+    if start is not None:  # the trainer's own start-up, inside "engines ready" and here
+        startup.details["trainer_start"] = start.phases()
+        log(f"trainer start-up (beside the engines): {phase_line(start.phases())}")
+    if not embedded and trainer_s is None:
+        return
+    startup.mark("decode graph warm-up" if embedded else "trainer warm-up")
+    startup.details["graphs"] = sum(int(a.get("graphs") or 0) for a in answers.values())
+    if trainer_s is not None:
         startup.details["trainer_warm_up_rows"] = rows
         startup.details["trainer_warm_up_s"] = round(trainer_s, 2)
         # each row's seconds and compiled graphs: where the warm-up's time goes
@@ -797,11 +847,9 @@ def _warm_decode_graphs(
     # "engines ready": the run prints it beside its own phases
     engine_phases = {u: a["startup"] for u, a in answers.items() if a.get("startup")}
     if engine_phases:
-        from runtime.node.startup import phase_line
-
         startup.details["engine_startup"] = engine_phases
         for url, phases in engine_phases.items():
-            _logger(runner)(f"engine start-up ({url}): {phase_line(phases)}")
+            log(f"engine start-up ({url}): {phase_line(phases)}")
 
 
 def _make_teacher(cfg: RunConfig, runner: Node) -> Any:

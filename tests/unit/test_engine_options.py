@@ -33,17 +33,17 @@ def test_the_kv_pool_is_max_total_tokens(loaded) -> None:
     assert (default.max_total_tokens, default.im.max_slots) == (192, 3)
 
 
-def test_mem_fraction_static_caps_the_pool_as_sglang_sizes_it() -> None:
+def test_mem_fraction_static_caps_the_pool_from_the_engines_own_memory() -> None:
     gib = 2**30
-    # 80 GiB device, 10 GiB in use (weights): 0.5 leaves 30 GiB for the pool
+    # 80 GiB device, the engine's weights 10 GiB: 0.5 leaves 30 GiB for the pool
     assert kv_pool_tokens(None, bytes_per_token=gib // 1024, mem_fraction_static=0.5,
-                          total_bytes=80 * gib, free_bytes=70 * gib) == 30 * 1024  # fmt: skip
+                          total_bytes=80 * gib, used_bytes=10 * gib) == 30 * 1024  # fmt: skip
     assert kv_pool_tokens(1000, bytes_per_token=gib // 1024, mem_fraction_static=0.5,
-                          total_bytes=80 * gib, free_bytes=70 * gib) == 1000  # fmt: skip
+                          total_bytes=80 * gib, used_bytes=10 * gib) == 1000  # fmt: skip
     assert kv_pool_tokens(1000, bytes_per_token=8) == 1000  # CPU: no memory bound
     with pytest.raises(ValueError, match="leaves no room"):
         kv_pool_tokens(None, bytes_per_token=8, mem_fraction_static=0.1,
-                       total_bytes=80 * gib, free_bytes=60 * gib)  # fmt: skip
+                       total_bytes=80 * gib, used_bytes=20 * gib)  # fmt: skip
 
 
 def test_cuda_graph_max_bs_caps_the_captured_batches() -> None:

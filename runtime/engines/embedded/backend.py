@@ -21,6 +21,7 @@ class EmbeddedBackend:
     snapshot_format: Literal["native", "hf"] = "native"
     hf_weight_names: bool = False
     checksum_audit: bool = True
+    pool_from_own_memory: bool = True
 
     def env(self) -> dict[str, str]:
         """None of its own (an evaluator's engine; rollout engines run the compiled env)."""

@@ -288,21 +288,24 @@ class Engine:
         self.weight_version = weight_version
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
         # the KV token pool: max_total_tokens, and on a GPU mem_fraction_static of its memory
-        # (as SGLang sizes it); the cache holds as many context-length slots as fit in it
+        # (see kv_pool_tokens); the cache holds as many context-length slots as fit in it
         probe = InferenceModel(
             self.model, max_slots=1, capacity=context_length, device=device, fuse_projections=False
         )
         per_token, cache_len = probe.kv_bytes_per_token(), probe.cache_len
         del probe
-        total = free = None
+        total = used = None
         if mem_fraction_static is not None and self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
+            # this process's own memory, not the device's: a trainer starting beside the
+            # engine on the same GPU leaves the pool as it would be alone
+            _, total = torch.cuda.mem_get_info(self.device)
+            used = torch.cuda.memory_reserved(self.device)
         pool = kv_pool_tokens(
             max_total_tokens,
             bytes_per_token=per_token,
             mem_fraction_static=mem_fraction_static,
             total_bytes=total,
-            free_bytes=free,
+            used_bytes=used,
         )
         slots = (
             max_running_requests
@@ -404,8 +407,9 @@ class Engine:
         """The radix tree over finished and running sequences' K/V (attention-only models).
 
         It holds copies (slots are contiguous rows, not per-token pages), at most
-        ``max_total_tokens`` tokens; on a GPU also at most half the memory left free after
-        the slots were allocated. A recurrent (GatedDeltaNet) state cannot resume from an
+        ``max_total_tokens`` tokens; on a GPU also at most half the device's memory that
+        this engine left unused after allocating its slots (its own, so that a trainer
+        starting beside it does not change the budget). A recurrent (GatedDeltaNet) state cannot resume from an
         arbitrary prefix, so hybrid models keep identical-prompt sharing only.
         """
         if not self.radix_cache:
@@ -418,8 +422,9 @@ class Engine:
             return None
         budget = self.max_total_tokens
         if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = min(budget, free // 2 // max(1, per_token))
+            _, total = torch.cuda.mem_get_info(self.device)
+            unused = total - torch.cuda.memory_reserved(self.device)
+            budget = min(budget, unused // 2 // max(1, per_token))
         return RadixCache(budget)
 
     @property

@@ -1265,18 +1265,20 @@ def kv_pool_tokens(
     bytes_per_token: int,
     mem_fraction_static: float | None = None,
     total_bytes: int | None = None,
-    free_bytes: int | None = None,
+    used_bytes: int | None = None,
 ) -> int | None:
-    """The KV token pool, as SGLang sizes it: ``mem_fraction_static`` of the device's memory
-    holds the weights (already loaded: ``total - free``) and the pool; ``max_total_tokens``
-    caps it. None: no bound from either (the slots x context length)."""
+    """The KV token pool: ``mem_fraction_static`` of the device's memory holds the weights
+    (already loaded: ``used_bytes``, this engine's own memory) and the pool, as in SGLang;
+    ``max_total_tokens`` caps it. None: no bound from either (the slots x context length).
+    SGLang counts the whole device's use instead, so what else holds the GPU at that moment
+    (a colocated trainer) changes its pool; counting its own keeps this one fixed."""
     pool = max_total_tokens
-    if mem_fraction_static is not None and total_bytes is not None and free_bytes is not None:
-        room = int(total_bytes * mem_fraction_static) - (total_bytes - free_bytes)
+    if mem_fraction_static is not None and total_bytes is not None and used_bytes is not None:
+        room = int(total_bytes * mem_fraction_static) - used_bytes
         if room < bytes_per_token:
             raise ValueError(
                 f"mem_fraction_static {mem_fraction_static} leaves no room for the KV cache "
-                f"({(total_bytes - free_bytes) / 2**30:.2f} GiB in use of "
+                f"({used_bytes / 2**30:.2f} GiB of weights in "
                 f"{total_bytes / 2**30:.2f} GiB)"
             )
         by_memory = room // max(1, bytes_per_token)
