@@ -42,3 +42,19 @@ def cache_path(source: str, seed: int) -> Path | None:
     key = hashlib.sha256(f"{source}|{seed}|{torch.__version__}|{olmo}".encode()).hexdigest()
     name = source.removeprefix("builtin:").split("?")[0]
     return root / f"{name}-{key[:20]}.safetensors"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m runtime.models.init_cache SOURCE SEED``: initialise the builtin and
+    write it here (a loader that must not draw from its own process's RNG runs this)."""
+    import sys
+
+    from .loader import write_init_cache
+
+    source, seed = (argv if argv is not None else sys.argv[1:])[:2]
+    write_init_cache(source, int(seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

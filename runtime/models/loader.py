@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +41,74 @@ class LoadedModel:
     config: TransformerConfig
     family: str
     source: str
+    # weights still being read (``load_model(defer_weights=True)``): the model holds zeros
+    # until ``fill_weights``
+    pending: PendingWeights | None = None
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def fill_weights(self, *models: torch.nn.Module) -> None:
+        """Wait for deferred weights and copy them into this model (or into ``models``:
+        copies of it, such as a KL reference, wrapped or compiled since). No-op when
+        nothing is pending."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        state = pending.state()
+        with torch.no_grad():
+            for model in models or (self.model,):
+                fill_state(model, state, self.config)
+
+
+class PendingWeights:
+    """A model's state dict, read (or initialised) on a daemon thread from construction:
+    a caller can build and compile the model meanwhile. ``state`` waits, and re-raises
+    what failed."""
+
+    def __init__(self, fetch: Callable[[], dict[str, torch.Tensor]]) -> None:
+        self._fetch = fetch
+        self._state: dict[str, torch.Tensor] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rlc-weights", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._state = self._fetch()
+        except BaseException as exc:  # re-raised by state()
+            self._error = exc
+
+    def state(self) -> dict[str, torch.Tensor]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._state is not None
+        return self._state
+
+
+def fill_state(
+    model: torch.nn.Module, state: dict[str, torch.Tensor], config: TransformerConfig
+) -> None:
+    """Copy ``state`` (OLMo-core names) into ``model``'s own tensors, in place (compiled
+    graphs and the optimizer keep referring to them). Activation-checkpoint wrappers in the
+    names are looked through; only a tied LM head may be missing."""
+    own = {k.replace("._checkpoint_wrapped_module", ""): k for k in model.state_dict()}
+    mapped = {own.get(k, k): v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(mapped, strict=False)
+    missing = [
+        k
+        for k in missing
+        if not (
+            config.tie_word_embeddings
+            and k.replace("._checkpoint_wrapped_module", "") == "lm_head.w_out.weight"
+        )
+    ]
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
 
 
 def family_of(config: TransformerConfig) -> str:
@@ -82,25 +148,76 @@ def _finish(
     )
 
 
-def _build_with_state(config: TransformerConfig, state: dict[str, torch.Tensor]) -> Transformer:
-    model = config.build(init_device="meta")
-    model.init_weights(device=torch.device("cpu"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [
-        k for k in missing if not (config.tie_word_embeddings and k == "lm_head.w_out.weight")
-    ]
-    if missing or unexpected:
-        raise ModelLoadError(
-            f"weights do not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
+def _allocated(config: TransformerConfig, device: str | torch.device = "cpu") -> Transformer:
+    """The model with storage but no initialisation, for weights that are loaded next.
+
+    OLMo-core's ``init_weights`` random-initialises every weight (the 1.5B builtin: tens of
+    seconds on the CPU), which a load would overwrite at once. Every parameter and
+    persistent buffer comes from the state (a missing one is refused), and the models have
+    no other buffers: allocating is enough. ``to_empty`` gives the embedding and a tied LM
+    head their own storage, so they are tied again, as ``init_weights`` does."""
+    model = config.build(init_device="meta").to_empty(device=torch.device(device))
+    if config.tie_word_embeddings:
+        model._tie_weights()
     return model
 
 
+def _build_with_state(config: TransformerConfig, state: dict[str, torch.Tensor]) -> Transformer:
+    model = _allocated(config)
+    with torch.no_grad():
+        fill_state(model, state, config)
+    return model
+
+
+def _zeroed(config: TransformerConfig, device: str | torch.device) -> Transformer:
+    """Allocated on ``device`` and zeroed: the model to build and compile while its
+    weights load (zeros rather than whatever the memory held)."""
+    model = _allocated(config, device)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            tensor.zero_()
+    return model
+
+
+def _builtin_state(config: TransformerConfig, source: str, seed: int) -> dict[str, torch.Tensor]:
+    """The builtin's initialised state, from the init cache. When it is not there yet it
+    is initialised in a child process, which writes it: initialising here would seed and
+    draw from this process's global RNG while its other threads use it."""
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    from .init_cache import cache_path
+
+    path = cache_path(source, seed)
+    assert path is not None  # deferred only with the cache on (see _defers)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return load_safetensors(path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.models.init_cache", source, str(seed)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0 or not path.is_file():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelLoadError(f"{source}: initialising its weights failed: {last}")
+    with FileLock(str(path) + ".lock"):
+        return load_safetensors(path)
+
+
 def _init_builtin(
-    config: TransformerConfig, source: str, seed: int, device: str | torch.device
+    config: TransformerConfig,
+    source: str,
+    seed: int,
+    device: str | torch.device,
+    cached: bool | None = None,
 ) -> Transformer:
     """Random-initialise on the CPU from ``seed``, or read that initialisation back from
-    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``."""
+    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``.
+    ``cached``: use the cache whatever the model's size (default: above ``MIN_PARAMS``)."""
     from filelock import FileLock
 
     from .init_cache import MIN_PARAMS, cache_path
@@ -114,7 +231,8 @@ def _init_builtin(
             model.init_weights(device=torch.device("cpu"))
         return model
 
-    path = cache_path(source, seed) if config.num_params >= MIN_PARAMS else None
+    use_cache = cached if cached is not None else config.num_params >= MIN_PARAMS
+    path = cache_path(source, seed) if use_cache else None
     if path is None:
         return init_on_cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,12 +240,19 @@ def _init_builtin(
         if path.is_file():
             # every tensor of these models is a parameter in the file: allocate, then fill
             dev = torch.device(device)
-            model = config.build(init_device="meta").to_empty(device=dev)
+            model = _allocated(config, dev)
             model.load_state_dict(load_safetensors(path, device=str(dev)), strict=True)
             return model
         model = init_on_cpu()
         save_safetensors(model.state_dict(), path.parent, filename=path.name)
         return model
+
+
+def write_init_cache(source: str, seed: int) -> None:
+    """Initialise the builtin ``source`` and write it to the init cache (if not there)."""
+    tokenizer = builtin_tokenizer(source)
+    _, config = builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, seed)
+    _init_builtin(config, source, seed, "cpu", cached=True)
 
 
 def check_source(source: str, *, hf_template: str | None = None) -> None:
@@ -173,12 +298,20 @@ def load_model(
     architecture: str | None = None,
     attn_backend: str = "torch",
     hf_template: str | None = None,
+    defer_weights: bool = False,
 ) -> LoadedModel:
     """Build an OLMo-core ``Transformer`` from ``builtin:NAME``, an HF dir, a native dir or
     an OLMo-core checkpoint (``hf_template``: where its tokenizer lives when not beside it).
 
     Builtins are random-initialised on CPU from ``seed`` (identical on every device); large
     ones are initialised once and then read back from the init cache.
+
+    ``defer_weights``: return at once with the model allocated on ``device`` and zeroed,
+    the weights read on a thread (``LoadedModel.pending``) and copied in by
+    ``fill_weights``, so the caller builds and compiles meanwhile. Dense models only: an
+    MoE router's choices on zero weights (every token to the first experts) are not the
+    shapes its real weights give. Builtins only with the init cache on and above its size
+    floor (smaller ones initialise in a moment); OLMo-core trainer checkpoints load at once.
     """
     fmt = source_format(source)
     if fmt == "builtin":
@@ -189,6 +322,12 @@ def load_model(
             )
         except ValueError as e:
             raise ModelLoadError(str(e)) from e
+        if defer_weights and family == "dense" and _init_cached(config, source, seed):
+            return _deferred(
+                config,
+                lambda: _builtin_state(config, source, seed),
+                (tokenizer, family, source, device, dtype, architecture),
+            )
         model = _init_builtin(config, source, seed, device)
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     path = Path(source)
@@ -197,6 +336,12 @@ def load_model(
         meta = json.loads((root / NATIVE_META).read_text())
         config = TransformerConfig.from_dict(meta["model_config"])
         tokenizer = Tokenizer.from_dir(root)
+        if defer_weights and meta["family"] == "dense":
+            return _deferred(
+                config,
+                lambda: load_safetensors(root),
+                (tokenizer, meta["family"], source, device, dtype, architecture),
+            )
         model = _build_with_state(config, load_safetensors(root))
         return _finish(
             model, config, tokenizer, meta["family"], source, device, dtype, architecture
@@ -210,9 +355,33 @@ def load_model(
         except UnsupportedHFModel as e:
             raise ModelLoadError(f"{source}: {e}") from e
         tokenizer = _tokenizer(path, hf_template)
+        if defer_weights and family == "dense":
+            return _deferred(
+                config,
+                lambda: load_hf_state(path, cfg),
+                (tokenizer, family, source, device, dtype, architecture),
+            )
         model = _build_with_state(config, load_hf_state(path, cfg))
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     return _load_olmo_core_dist(path, device, dtype, architecture, hf_template)
+
+
+def _init_cached(config: TransformerConfig, source: str, seed: int) -> bool:
+    from .init_cache import MIN_PARAMS, cache_path
+
+    return config.num_params >= MIN_PARAMS and cache_path(source, seed) is not None
+
+
+def _deferred(
+    config: TransformerConfig,
+    fetch: Callable[[], dict[str, torch.Tensor]],
+    rest: tuple[Tokenizer, str, str, str | torch.device, torch.dtype, str | None],
+) -> LoadedModel:
+    tokenizer, family, source, device, dtype, architecture = rest
+    pending = PendingWeights(fetch)  # reading starts before the model is even allocated
+    loaded = _finish(_zeroed(config, device), config, tokenizer, *rest[1:])
+    loaded.pending = pending
+    return loaded
 
 
 def _tokenizer(path: Path, hf_template: str | None) -> Tokenizer:
@@ -236,8 +405,7 @@ def _load_olmo_core_dist(
         model_cfg.pop(legacy, None)
     config = TransformerConfig.from_dict(model_cfg)
     tokenizer = _tokenizer(path, hf_template)
-    model = config.build(init_device="cpu")
-    model.init_weights(device=torch.device("cpu"))
+    model = _allocated(config)
     load_model_and_optim_state(str(path / "model_and_optim"), model)
     return _finish(
         model, config, tokenizer, family_of(config), str(path), device, dtype, architecture

@@ -5,7 +5,10 @@ in its own process; the trainer's build and its warm-up (compiling every row len
 can meet) take as long again in this one. Neither needs the other: the trainer needs the
 engines only to publish and to audit weights, which come after both. So this node's trainer
 starts as soon as the engine processes exist, and the main thread waits for engines and
-trainer together.
+trainer together. The trainer itself is built on zeros while its weights are read on
+another thread (a dense model: ``load_model(defer_weights=True)``), and they are copied in
+after its warm-up: a builtin's first initialisation (tens of seconds on the CPU) or a large
+checkpoint's read then overlaps the compiles instead of preceding them.
 
 Where it may (``beside_engines``): one trainer rank in this process (several ranks keep
 their collectives on the main thread), and engines whose KV pool does not depend on what
@@ -49,8 +52,9 @@ def beside_engines(
 
 
 class TrainerStart(Generic[T]):
-    """``wait_first()``, then ``build()``, then ``warm_up(trainer)`` (None: no warm-up), on
-    a daemon thread from ``start``. ``built`` and ``warmed`` wait and re-raise what failed
+    """``wait_first()``, then ``build()``, then ``warm_up(trainer)`` (None: no warm-up),
+    then ``finish(trainer)`` (the weights it was built without), on a daemon thread from
+    ``start``. ``built`` and ``warmed`` wait and re-raise what failed
     in the build, or in either; ``check`` raises it without waiting (for loops that wait on
     something else)."""
 
@@ -59,9 +63,11 @@ class TrainerStart(Generic[T]):
         build: Callable[[], T],
         warm_up: Callable[[T], int] | None,
         *,
+        finish: Callable[[T], None] | None = None,
         wait_first: Callable[[], None] | None = None,
     ) -> None:
         self._build, self._warm_up, self._wait_first = build, warm_up, wait_first
+        self._finish = finish
         self._trainer: T | None = None
         self._error: BaseException | None = None
         self._built = threading.Event()
@@ -69,6 +75,7 @@ class TrainerStart(Generic[T]):
         self._taken = False
         self.build_s: float | None = None
         self.warm_up_s: float | None = None
+        self.finish_s: float | None = None
         self.rows = 0
         self._thread = threading.Thread(target=self._run, name="rlc-trainer-start", daemon=True)
 
@@ -93,6 +100,10 @@ class TrainerStart(Generic[T]):
                 t0 = time.monotonic()
                 self.rows = int(self._warm_up(trainer))
                 self.warm_up_s = time.monotonic() - t0
+            if self._finish is not None:
+                t0 = time.monotonic()
+                self._finish(trainer)
+                self.finish_s = time.monotonic() - t0
         except BaseException as exc:  # re-raised on the main thread
             self._error = exc
         finally:
@@ -105,7 +116,9 @@ class TrainerStart(Generic[T]):
             raise self._error
 
     def built(self) -> T:
-        """The trainer, once built (the caller owns it from here: it closes it)."""
+        """The trainer, once built (the caller owns it from here: it closes it). Its
+        values may still be zeros and a warm-up may be running: only ``warmed`` makes it
+        usable."""
         self.start()
         self._built.wait()
         if self._trainer is None:  # the build failed (a warm-up failure is warmed()'s)
@@ -115,7 +128,8 @@ class TrainerStart(Generic[T]):
         return self._trainer
 
     def warmed(self) -> int:
-        """Wait for the warm-up; the rows it ran (0 without one)."""
+        """Wait for the warm-up and ``finish``; the rows the warm-up ran (0 without one).
+        Only from here may the trainer be used."""
         self.start()
         self._done.wait()
         self.check()
@@ -135,4 +149,6 @@ class TrainerStart(Generic[T]):
             out.append({"name": "build", "seconds": round(self.build_s, 3)})
         if self.warm_up_s is not None:
             out.append({"name": f"warm-up ({self.rows} rows)", "seconds": round(self.warm_up_s, 3)})
+        if self.finish_s is not None:  # what was left of reading the weights, and the copy
+            out.append({"name": "weights", "seconds": round(self.finish_s, 3)})
         return out

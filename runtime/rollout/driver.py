@@ -190,6 +190,9 @@ class TrainerAdapter:
     def warm_up(self) -> int:
         return int(self.inner.warm_up())
 
+    def fill_weights(self) -> None:
+        self.inner.fill_weights()
+
     def train_step(self, samples: Sequence[Sample]) -> dict[str, Any]:
         return dict(self.inner.train_step(self._convert(samples)))
 
@@ -215,9 +218,11 @@ def _make_trainer(
     cfg: RunConfig,
     leader_host: str = "127.0.0.1",
     announce: Callable[[str], None] | None = None,
+    defer_weights: bool = False,
 ) -> TrainerAdapter:
     """Trainer rank 0; with a larger trainer world its other ranks start here too (other
-    trainer nodes find rank 0 through ``announce``: the run's registry)."""
+    trainer nodes find rank 0 through ``announce``: the run's registry). ``defer_weights``:
+    see ``Trainer``; the caller runs ``fill_weights`` before any use of its values."""
     from runtime.trainer.ranks import lead_trainer
 
     if cfg.trainer.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
@@ -235,6 +240,7 @@ def _make_trainer(
             log_dir,
             leader_host=leader_host,
             announce=announce,
+            defer_weights=defer_weights,
         )
     )
 
@@ -780,8 +786,11 @@ def trainer_start(runner: Node) -> TrainerStart[TrainerAdapter] | None:
     announce = None if registry is None else functools.partial(registry.register, "trainer")
     preload = getattr(runner, "preload", None)
     return TrainerStart(
-        lambda: _make_trainer(cfg, runner.ident.leader_host, announce),
+        # its weights are read while it compiles (zeros until then): a builtin's cold
+        # initialisation or a large checkpoint's read leaves the critical path
+        lambda: _make_trainer(cfg, runner.ident.leader_host, announce, defer_weights=True),
         TrainerAdapter.warm_up if warms_up_trainer(cfg) else None,
+        finish=TrainerAdapter.fill_weights,
         wait_first=preload.result if preload is not None else None,
     )
 

@@ -172,19 +172,21 @@ def lead_trainer(
     *,
     leader_host: str = "127.0.0.1",
     announce: Callable[[str], None] | None = None,
+    defer_weights: bool = False,
 ) -> Trainer:
     """Node 0: start the other ranks of this node and become trainer rank 0.
 
     World 1 is the plain in-process trainer. The ranks are released and reaped by
     ``Trainer.close``; ``leader_host`` is this node's address as the other nodes see it,
     ``announce`` publishes ``host:port`` to them (the run's registry) before rank 0 waits.
+    ``defer_weights``: world 1 only (see ``Trainer``); ranks load their weights at once.
     """
     from .distributed import Rendezvous
     from .trainer import Trainer, TrainerConfig
 
     cfg = TrainerConfig.from_contract(contract)
     if cfg.world_size == 1:
-        return Trainer(cfg)
+        return Trainer(cfg, defer_weights=defer_weights)
     nodes = max(cfg.nodes, 1)
     addr = leader_host if nodes > 1 else "127.0.0.1"
     port = trainer_port()

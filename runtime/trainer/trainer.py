@@ -224,7 +224,10 @@ class Trainer:
         *,
         loaded: LoadedModel | None = None,
         rendezvous: Rendezvous | None = None,
+        defer_weights: bool = False,
     ) -> None:
+        """``defer_weights``: build (and compile) while the weights are still being read;
+        they are zeros until ``fill_weights`` (one rank only: ranks load at once)."""
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         self._depth = 0
@@ -246,12 +249,14 @@ class Trainer:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", self.dist.local_rank)
         torch.manual_seed(cfg.seed)
+        defer = defer_weights and self.dist.world_size == 1
         self.loaded = loaded or load_model(
             cfg.model_source,
-            device="cpu",
+            device=self.device if defer else "cpu",  # zeros: allocated where they train
             seed=cfg.seed,
             architecture=cfg.architecture,
             hf_template=cfg.hf_template,
+            defer_weights=defer,
         )
         if cfg.chat_template:  # the spec names the template prompts are rendered with
             self.loaded.tokenizer.use_chat_template(cfg.chat_template)
@@ -357,6 +362,17 @@ class Trainer:
         self._state_refs: dict[str, torch.Tensor] | None = None  # views of the weights
         self.step = 0
         self.policy_version = 0
+
+    def fill_weights(self) -> None:
+        """Weights deferred at the build: wait for them and copy them into the model and
+        the KL reference, in place (no-op otherwise). Nothing may read the model's values
+        before this: they are zeros."""
+        models = [m for m in (self.model, self.ref_model) if m is not None]
+        self.loaded.fill_weights(*models)
+
+    @property
+    def weights_pending(self) -> bool:
+        return self.loaded.pending is not None
 
     # ------------------------------------------------------------------ setup helpers
     def _configure_router_losses(self) -> None:

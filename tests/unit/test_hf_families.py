@@ -129,6 +129,54 @@ def test_import_update_export_round_trip(kind: str, tmp_path) -> None:
     assert moved > 10 * TOL  # the comparison is not vacuous: the update changed the logits
 
 
+def refuse_random_init(monkeypatch) -> None:
+    """Any random initialisation from here on fails the test."""
+
+    def refuse(*args, **kwargs):
+        if args and getattr(args[0], "is_meta", False):
+            return args[0]  # a meta tensor (the model's skeleton) has no values to fill
+        raise AssertionError("a weight was random-initialised while loading a checkpoint")
+
+    for name in ("trunc_normal_", "normal_", "kaiming_uniform_", "uniform_", "xavier_uniform_"):
+        monkeypatch.setattr(torch.nn.init, name, refuse)
+
+
+@pytest.mark.parametrize("kind", list(FAMILIES))
+def test_a_checkpoint_loads_without_initialising_weights_it_replaces(
+    kind: str, tmp_path, monkeypatch
+) -> None:
+    """OLMo-core's init_weights random-initialises every weight, which the checkpoint then
+    overwrites: tens of seconds at 1B, in the trainer and in every engine. Loading only
+    allocates, and the model is still exactly the checkpoint's."""
+    hf = write_hf_checkpoint(tmp_path, kind)
+    refuse_random_init(monkeypatch)
+    loaded = load_model(str(tmp_path))
+    x = _ids(loaded.tokenizer.vocab_size)
+    with torch.no_grad():
+        diff = (loaded.model(x) - hf(x).logits).abs().max().item()
+    assert diff < TOL, f"import: max |diff| {diff}"
+
+
+@pytest.mark.parametrize("kind", ["olmo3", "olmo_hybrid", "olmoe"])
+def test_deferred_weights_arrive_after_the_build(kind: str, tmp_path) -> None:
+    """``defer_weights``: a dense model comes back at once on zeros, its checkpoint read on
+    a thread, and ``fill_weights`` makes it the checkpoint's exactly. An MoE model loads at
+    once (a router on zero weights sends every token to the same experts)."""
+    write_hf_checkpoint(tmp_path, kind)
+    eager = load_model(str(tmp_path))
+    deferred = load_model(str(tmp_path), defer_weights=True)
+    x = _ids(eager.tokenizer.vocab_size)
+    if FAMILIES[kind][3] != "dense":
+        assert deferred.pending is None
+    else:
+        assert deferred.pending is not None
+        assert all(not t.any() for t in deferred.model.state_dict().values())
+        deferred.fill_weights()
+        assert deferred.pending is None
+    with torch.no_grad():
+        assert torch.equal(deferred.model(x), eager.model(x))
+
+
 @pytest.mark.parametrize("kind", list(FAMILIES))
 def test_embedded_engine_serves_the_imported_model(kind: str, tmp_path) -> None:
     """The embedded engine's KV-cache prefill and decode give the imported model's logits

@@ -17,6 +17,12 @@ from runtime.models import (  # noqa: E402
 )
 
 
+def _refuse(*args, **kwargs):
+    if args and getattr(args[0], "is_meta", False):
+        return args[0]  # a meta tensor (the model's skeleton) has no values to fill
+    raise AssertionError("a weight was random-initialised while loading saved weights")
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return load_model("builtin:tiny", seed=3)
@@ -82,8 +88,9 @@ def test_safetensors_round_trip_bf16_and_tied(tmp_path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_native_round_trip(tiny, tmp_path) -> None:
+def test_native_round_trip(tiny, tmp_path, monkeypatch) -> None:
     save_native(tiny, tmp_path)
+    monkeypatch.setattr(torch.nn.init, "trunc_normal_", _refuse)  # loads, never initialises
     again = load_model(str(tmp_path))
     assert again.family == "dense"
     assert state_checksum(again.model.state_dict()) == state_checksum(tiny.model.state_dict())
@@ -130,7 +137,7 @@ def test_cpu_binned_ops_match_reference() -> None:
     assert torch.allclose(out, ref, atol=1e-6)
 
 
-def test_olmo_core_trainer_checkpoint_source(tmp_path) -> None:
+def test_olmo_core_trainer_checkpoint_source(tmp_path, monkeypatch) -> None:
     """An OLMo-core trainer checkpoint (config.json + model_and_optim/) loads as a model."""
     import json
 
@@ -142,6 +149,7 @@ def test_olmo_core_trainer_checkpoint_source(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="tokenizer.json"):
         load_model(str(tmp_path))
     src.tokenizer.save(tmp_path)
+    monkeypatch.setattr(torch.nn.init, "trunc_normal_", _refuse)  # loads, never initialises
     lm = load_model(str(tmp_path))
     assert lm.family == "dense"
     assert state_checksum(lm.model.state_dict()) == state_checksum(src.model.state_dict())
@@ -181,3 +189,23 @@ def test_builtin_moe_trainers_never_drop_tokens() -> None:
         assert moe.name == "dropless", name
         capacity = BUILTINS[name][1](vocab_size=64, dropless=0).block.feed_forward_moe
         assert capacity.capacity_factor == capacity.num_experts / capacity.router.top_k, name
+
+
+def test_a_deferred_builtin_reads_the_init_cache_a_child_process_wrote(
+    tmp_path, monkeypatch
+) -> None:
+    """Deferred, a builtin is never initialised in the loading process (its threads share
+    the global RNG): a child process writes the init cache, then it is read. Cold or warm,
+    the weights are the in-process initialisation's, byte for byte."""
+    import runtime.models.init_cache as init_cache
+
+    monkeypatch.setattr(init_cache, "MIN_PARAMS", 0)
+    monkeypatch.setenv("RLC_CACHE_DIR", "off")
+    expected = state_checksum(load_model("builtin:tiny", seed=3).model.state_dict())
+    monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
+    for _ in ("cold", "warm"):
+        lm = load_model("builtin:tiny", seed=3, defer_weights=True)
+        assert lm.pending is not None
+        lm.fill_weights()
+        assert state_checksum(lm.model.state_dict()) == expected
+    assert len(list((tmp_path / "builtin-init").glob("tiny-*.safetensors"))) == 1

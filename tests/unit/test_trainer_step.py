@@ -376,3 +376,49 @@ def test_compiled_blocks_with_recompute_train_like_eager() -> None:
         ma, mb = eager.train_step(batch), compiled.train_step(batch)
         assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-5)
     assert _max_diff(_params(eager), _params(compiled)) < 1e-3
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1], ids=["policy", "with-kl-reference"])
+def test_a_trainer_built_on_deferred_weights_warms_up_then_trains_as_if_loaded(
+    kl_coef: float, tmp_path, monkeypatch
+) -> None:
+    """Beside the engines, the trainer is built on zeros and compiles while its weights
+    are read (a builtin's first initialisation runs in a child process that writes the
+    init cache). Once filled, policy and KL reference are exactly the loaded model's, and
+    the warm-up's graphs serve them: nothing compiles after it."""
+    from torch._dynamo.testing import CompileCounter
+
+    import runtime.models.init_cache as init_cache
+
+    monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(init_cache, "MIN_PARAMS", 0)  # the tiny builtin goes through it
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compile_module = torch.nn.Module.compile
+
+    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        compile_module(self, *args, **{**kwargs, "backend": counter})
+
+    monkeypatch.setattr(torch.nn.Module, "compile", counted)
+    cfg = dict(lr=1e-3, sequence_packing=True, packing_max_tokens=128)
+    cfg["grpo"] = GRPOConfig(kl_coef=kl_coef)
+    deferred = Trainer(TrainerConfig(**cfg, compile_model=True), defer_weights=True)
+    assert deferred.weights_pending
+    assert all(not p.detach().any() for p in deferred.model.parameters())
+    deferred.warm_up()
+    warmed = counter.frame_count
+    deferred.fill_weights()
+    assert not deferred.weights_pending
+    loaded = Trainer(TrainerConfig(**cfg))  # in-process initialisation, no cache
+    assert _max_diff(_params(loaded), _params(deferred)) == 0.0
+    if kl_coef:
+        ref = dict(deferred.ref_model.named_parameters())
+        for name, p in loaded.model.named_parameters():
+            assert torch.equal(ref[name], p)
+    batch = _batch(loaded.loaded.tokenizer, n_prompts=1)
+    for a, b in zip(loaded.compute_logprobs(batch), deferred.compute_logprobs(batch), strict=True):
+        assert (a - b).abs().max().item() < 1e-4
+    ma, mb = loaded.train_step(batch), deferred.train_step(batch)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6)
+    assert mb["new_compiled_graphs"] == 0.0 and counter.frame_count == warmed
+    torch._dynamo.reset()
