@@ -25,22 +25,24 @@ def install_hint(extra: str) -> str:
     return f"pip install -e '.[{extra}]' (in the rlc checkout)"
 
 
-def missing_modules(extra: str) -> list[str]:
-    """The extra's modules that cannot be imported here (found without importing them)."""
-    missing = []
-    for name in EXTRAS[extra]:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
-            found = False
-        if not found:
-            missing.append(name)
-    return missing
+def missing_modules(extra: str, *, skip: tuple[str, ...] = ()) -> list[str]:
+    """The extra's modules that cannot be imported here (found without importing them),
+    leaving out ``skip``."""
+    return [name for name in EXTRAS[extra] if name not in skip and not installed(name)]
 
 
-def require_extra(extra: str, command: str) -> None:
-    """Exit 2 with one line naming the install command when ``extra`` is not installed."""
-    missing = missing_modules(extra)
+def installed(name: str) -> bool:
+    """Whether module ``name`` can be imported here (found without importing it)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[name] is None
+        return False
+
+
+def require_extra(extra: str, command: str, *, skip: tuple[str, ...] = ()) -> None:
+    """Exit 2 with one line naming the install command when ``extra`` is not installed
+    (``skip``: modules the caller checks later, once it knows whether it needs them)."""
+    missing = missing_modules(extra, skip=skip)
     if missing:
         click.echo(
             f"rlc: error: `rlc {command}` needs the {extra} extra ({', '.join(missing)} not "

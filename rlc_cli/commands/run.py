@@ -126,6 +126,27 @@ def _interrupt_before_start(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def _require_router_if_planned(manifest_path: Path) -> None:
+    """Exit 2 naming the install command when the plan runs sglang-router and it is not
+    installed. An unreadable manifest is left to the runtime's own check."""
+    import json
+
+    from rlc_cli.extras import install_hint, installed
+
+    try:
+        plan = json.loads(Path(manifest_path).read_text())["plan"]["placement"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if plan.get("router") is None or installed("sglang_router"):
+        return
+    click.echo(
+        "rlc: error: the plan runs sglang-router (inference.router = true) and it is not "
+        f"installed: {install_hint('runtime')}, or set inference.router = false",
+        err=True,
+    )
+    sys.exit(EXIT_USER)
+
+
 @click.command("run")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option(
@@ -174,7 +195,8 @@ def command(
         sys.exit(EXIT_USER)
     from rlc_cli.extras import require_extra
 
-    require_extra("runtime", "run")
+    # sglang-router only where the plan runs one (inference.router = false runs without)
+    require_extra("runtime", "run", skip=("sglang_router",))
     if path.suffix == ".json":
         if overrides:
             click.echo("rlc: error: --set applies to specs; a manifest is immutable", err=True)
@@ -183,5 +205,6 @@ def command(
     else:
         manifest_path = compile_for_run(target, overrides, fmt)
         click.echo(f"rlc: manifest {manifest_path}", err=True)
+    _require_router_if_planned(manifest_path)
     stamps = {"RLC_RUN_T0": repr(t0), "RLC_RUN_COMPILED": repr(time.time())}
     sys.exit(run_manifest(manifest_path, resume, not no_progress, local_nodes or 0, bench, stamps))

@@ -181,3 +181,25 @@ def test_launch_refuses_a_dirty_or_unpushed_checkout(tmp_path: Path) -> None:
     assert allowed.returncode == 2
     assert "remote branch" not in allowed.stderr and "Beaker" in allowed.stderr
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_run_needs_sglang_router_only_where_the_plan_runs_one(tmp_path, monkeypatch, capsys):
+    """``inference.router = false`` runs without sglang-router installed; a plan with a
+    router and no sglang-router is refused with one line and exit 2 before anything starts."""
+    import json
+
+    from rlc_cli import extras
+    from rlc_cli.commands.run import _require_router_if_planned
+
+    monkeypatch.setattr(extras, "installed", lambda name: name != "sglang_router")
+    without = tmp_path / "without.json"
+    without.write_text(json.dumps({"plan": {"placement": {"router": None}}}))
+    _require_router_if_planned(without)  # returns: nothing to check
+    with_router = tmp_path / "with.json"
+    with_router.write_text(json.dumps({"plan": {"placement": {"router": {"node": 0}}}}))
+    with pytest.raises(SystemExit) as stop:
+        _require_router_if_planned(with_router)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sglang-router" in err[0] and "inference.router = false" in err[0]
+    assert extras.missing_modules("runtime", skip=("sglang_router",)) == []
