@@ -286,6 +286,22 @@ def _samples_of_lengths(tok, lengths: list[int]) -> list[Sample]:
     ]
 
 
+def _count_compiles(monkeypatch) -> Any:
+    """Every ``Module.compile`` from here compiles with dynamo's frame counter as its
+    backend (its eager backend stands in for Inductor); returns the counter."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compile_module = torch.nn.Module.compile
+
+    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        compile_module(self, *args, **{**kwargs, "backend": counter})
+
+    monkeypatch.setattr(torch.nn.Module, "compile", counted)
+    return counter
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -301,16 +317,7 @@ def test_no_compile_after_the_warm_up(cfg: dict[str, Any], monkeypatch) -> None:
     """With compiled blocks, the warm-up meets every variant the run's rows take: scoring and
     updates at lengths it never saw, single-document rows included, compile nothing more
     (dynamo's own frame counter; its eager backend stands in for Inductor)."""
-    from torch._dynamo.testing import CompileCounter
-
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compile_module = torch.nn.Module.compile
-
-    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
-        compile_module(self, *args, **{**kwargs, "backend": counter})
-
-    monkeypatch.setattr(torch.nn.Module, "compile", counted)
+    counter = _count_compiles(monkeypatch)
     tr = Trainer(TrainerConfig(lr=1e-3, compile_model=True, **cfg))
     tr.warm_up()
     warmed = counter.frame_count
@@ -386,20 +393,11 @@ def test_a_trainer_built_on_deferred_weights_warms_up_then_trains_as_if_loaded(
     are read (a builtin's first initialisation runs in a child process that writes the
     init cache). Once filled, policy and KL reference are exactly the loaded model's, and
     the warm-up's graphs serve them: nothing compiles after it."""
-    from torch._dynamo.testing import CompileCounter
-
     import runtime.models.init_cache as init_cache
 
     monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(init_cache, "MIN_PARAMS", 0)  # the tiny builtin goes through it
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compile_module = torch.nn.Module.compile
-
-    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
-        compile_module(self, *args, **{**kwargs, "backend": counter})
-
-    monkeypatch.setattr(torch.nn.Module, "compile", counted)
+    counter = _count_compiles(monkeypatch)
     cfg = dict(lr=1e-3, sequence_packing=True, packing_max_tokens=128)
     cfg["grpo"] = GRPOConfig(kl_coef=kl_coef)
     deferred = Trainer(TrainerConfig(**cfg, compile_model=True), defer_weights=True)
