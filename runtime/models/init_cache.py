@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+from olmo_core.nn.transformer import Transformer, TransformerConfig
 
 MIN_PARAMS = 50_000_000
 
@@ -44,15 +45,45 @@ def cache_path(source: str, seed: int) -> Path | None:
     return root / f"{name}-{key[:20]}.safetensors"
 
 
+def initialise_on_cpu(config: TransformerConfig, seed: int) -> Transformer:
+    """The builtin's random initialisation: on the CPU, so identical on every device."""
+    # OLMo-core initialises some modules (MoE shared MLPs) from the global RNG, not from
+    # init_seed: seed it too, without disturbing the caller's RNG stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = config.build(init_device="cpu")
+        model.init_weights(device=torch.device("cpu"))
+    return model
+
+
+def write(source: str, seed: int) -> None:
+    """Initialise the builtin ``source`` and write it here (if not there yet)."""
+    from filelock import FileLock
+
+    from .builtin import builtin_config
+    from .tokenizer import builtin_tokenizer
+    from .weights import save_safetensors
+
+    path = cache_path(source, seed)
+    if path is None:
+        return
+    tokenizer = builtin_tokenizer(source)
+    _, config = builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():  # another loader (an engine, the trainer) wrote it meanwhile
+            return
+        model = initialise_on_cpu(config, seed)
+        save_safetensors(model.state_dict(), path.parent, filename=path.name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m runtime.models.init_cache SOURCE SEED``: initialise the builtin and
     write it here (a loader that must not draw from its own process's RNG runs this)."""
     import sys
 
-    from .loader import write_init_cache
-
     source, seed = (argv if argv is not None else sys.argv[1:])[:2]
-    write_init_cache(source, int(seed))
+    write(source, int(seed))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,14 +72,36 @@ class PendingWeights:
         self._fetch = fetch
         self._state: dict[str, torch.Tensor] | None = None
         self._error: BaseException | None = None
+        self.read_s: float | None = None  # how long the read took, once done
+        self._done_lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] | None = []  # None once done
         self._thread = threading.Thread(target=self._run, name="rlc-weights", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        t0 = time.perf_counter()
         try:
             self._state = self._fetch()
         except BaseException as exc:  # re-raised by state()
             self._error = exc
+        self.read_s = time.perf_counter() - t0
+        with self._done_lock:
+            callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            callback()
+
+    @property
+    def done(self) -> bool:
+        """The read has finished (or failed): ``state`` returns at once."""
+        return self._callbacks is None
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the reading thread) once the read has finished, or now."""
+        with self._done_lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def state(self) -> dict[str, torch.Tensor]:
         self._thread.join()
@@ -220,21 +243,12 @@ def _init_builtin(
     ``cached``: use the cache whatever the model's size (default: above ``MIN_PARAMS``)."""
     from filelock import FileLock
 
-    from .init_cache import MIN_PARAMS, cache_path
-
-    def init_on_cpu() -> Transformer:
-        # OLMo-core initialises some modules (MoE shared MLPs) from the global RNG, not from
-        # init_seed: seed it too, without disturbing the caller's RNG stream.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = config.build(init_device="cpu")
-            model.init_weights(device=torch.device("cpu"))
-        return model
+    from .init_cache import MIN_PARAMS, cache_path, initialise_on_cpu
 
     use_cache = cached if cached is not None else config.num_params >= MIN_PARAMS
     path = cache_path(source, seed) if use_cache else None
     if path is None:
-        return init_on_cpu()
+        return initialise_on_cpu(config, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if path.is_file():
@@ -243,16 +257,9 @@ def _init_builtin(
             model = _allocated(config, dev)
             model.load_state_dict(load_safetensors(path, device=str(dev)), strict=True)
             return model
-        model = init_on_cpu()
+        model = initialise_on_cpu(config, seed)
         save_safetensors(model.state_dict(), path.parent, filename=path.name)
         return model
-
-
-def write_init_cache(source: str, seed: int) -> None:
-    """Initialise the builtin ``source`` and write it to the init cache (if not there)."""
-    tokenizer = builtin_tokenizer(source)
-    _, config = builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, seed)
-    _init_builtin(config, source, seed, "cpu", cached=True)
 
 
 def check_source(source: str, *, hf_template: str | None = None) -> None:

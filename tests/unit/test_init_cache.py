@@ -35,3 +35,25 @@ def test_cache_off(tmp_path, monkeypatch):
     monkeypatch.setattr(init_cache, "MIN_PARAMS", 0)
     assert init_cache.cache_path("builtin:tiny", 0) is None
     load_model("builtin:tiny", seed=1)
+
+
+def test_the_writer_leaves_a_written_cache_alone(tmp_path, monkeypatch):
+    """Two cold loaders of one builtin (an engine, the trainer) each run the writer: the
+    second finds the first's file under the lock, and neither initialises nor reads it."""
+    monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
+    init_cache.write("builtin:tiny", 7)
+    path = init_cache.cache_path("builtin:tiny", 7)
+    assert path is not None and path.is_file()
+    written = path.stat().st_mtime_ns
+    from runtime.models.weights import load_safetensors
+
+    fresh = load_model("builtin:tiny", seed=7).model.state_dict()  # tiny: not from the cache
+    cached = load_safetensors(path)
+    assert cached.keys() == fresh.keys() and all(torch.equal(fresh[k], cached[k]) for k in cached)
+
+    def no_init(*a, **k):
+        raise AssertionError("initialised again")
+
+    monkeypatch.setattr(init_cache, "initialise_on_cpu", no_init)
+    init_cache.write("builtin:tiny", 7)
+    assert path.stat().st_mtime_ns == written
