@@ -10,7 +10,8 @@
 # long32 startup olmoe-hf fused-test bench-cold bench-warm bench-moe trl5-256 trl5-1024
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
-# e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential (see below).
+# e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
+# bench-warm-engine-first (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -158,19 +159,23 @@ for s in "$@"; do
       --label warm --timeout-s 130 --set "$cc"
     ;;
   # ---- round five: `rlc run --bench` (start-up breakdown, graphs captured up front) ----
-  bench-cold | bench-warm | bench-warm-base | bench-warm-trainer | bench-warm-sequential)
+  bench-cold | bench-warm | bench-warm-base | bench-warm-trainer | bench-warm-sequential | \
+    bench-warm-engine-first)
     # `rlc run specs/examples/gpu-dense.toml --bench`; cold empties the init and compiler
     # caches first, warm reuses what the cold run left; no router (one engine).
     # warm-base: without the trainer's start-up warm-up (round six; warm-trainer = warm)
     # warm-sequential: the trainer built after the engines, not beside them (round eleven)
+    # warm-engine-first: each engine reads its weights before it starts (round eleven)
     label=${s#bench-}
     [ "$label" = cold ] && rm -rf /tmp/rlc-startup-cache /tmp/rlc-cc
     tw=1; [ "$label" = warm-base ] && tw=0
     beside=1; [ "$label" = warm-sequential ] && beside=0
+    defer=1; [ "$label" = warm-engine-first ] && defer=0
     root=/tmp/runs/dense-$label
     rm -rf "$root"
     stage "$s" "${BENCH_TIMEOUT:-240}" env RLC_CACHE_DIR=/tmp/rlc-startup-cache \
-      RLC_TRAINER_WARMUP=$tw RLC_TRAINER_BESIDE_ENGINES=$beside python3 -m rlc_cli.main \
+      RLC_TRAINER_WARMUP=$tw RLC_TRAINER_BESIDE_ENGINES=$beside \
+      RLC_ENGINE_DEFER_WEIGHTS=$defer python3 -m rlc_cli.main \
       run specs/examples/gpu-dense.toml --no-progress --bench --set "output.root=\"$root\"" \
       --set 'compiler_cache.shared_root="/tmp/rlc-cc/tmp-7d"' --set inference.router=false \
       --set training.num_rollouts=3

@@ -170,10 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# ``0``: load the model's weights before the engine starts (to measure what deferring saves)
+DEFER_WEIGHTS_ENV = "RLC_ENGINE_DEFER_WEIGHTS"
+
+
 def load_source(
-    source: str, *, device: str, dtype: torch.dtype, seed: int, hf_template: str | None = None
+    source: str,
+    *,
+    device: str,
+    dtype: torch.dtype,
+    seed: int,
+    hf_template: str | None = None,
+    defer_weights: bool = False,
 ) -> Any:
-    """``engine-test:...`` builds a tiny model here; anything else goes to runtime.models."""
+    """``engine-test:...`` builds a tiny model here; anything else goes to runtime.models
+    (``defer_weights``: see ``load_model``; the engine copies them in before serving)."""
     if source.startswith("engine-test:"):
         from .tiny import build_tiny, parse_test_source
 
@@ -183,7 +194,21 @@ def load_source(
         return loaded
     from runtime.models import load_model
 
-    return load_model(source, device=device, dtype=dtype, seed=seed, hf_template=hf_template)
+    return load_model(
+        source,
+        device=device,
+        dtype=dtype,
+        seed=seed,
+        hf_template=hf_template,
+        defer_weights=defer_weights,
+    )
+
+
+def _exit_on_failed_weights(message: str) -> None:
+    """The weights did not load: say why in one line (the supervisor reads it), then exit."""
+    print(message, file=sys.stderr, flush=True)
+    logging.shutdown()
+    os._exit(1)
 
 
 def local_tokenizer_dir(
@@ -242,8 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         dtype=dtype,
         seed=args.seed if args.init_seed is None else args.init_seed,
         hf_template=args.hf_template,
+        # the weights are read while the engine sizes its pool, serves its health check
+        # and captures its decode graphs (on zeros); they are copied in before any request
+        defer_weights=os.environ.get(DEFER_WEIGHTS_ENV, "1") != "0",
     )
-    mark("model")
+    mark("model" if getattr(loaded, "pending", None) is None else "model (allocated)")
     engine = Engine(
         loaded,
         model_path=args.model,
@@ -264,13 +292,14 @@ def main(argv: list[str] | None = None) -> int:
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         radix_cache=args.radix_cache,
         decode_attention=ATTENTION_BACKENDS[args.attention_backend],
+        on_weights_failed=_exit_on_failed_weights,
     )
-    engine.start()
     mark("engine (KV pool)")
-    engine.startup_phases = [
+    engine.startup_phases = [  # before the scheduler starts: it adds the weights' copy
         {"name": name, "seconds": round(t - prev, 3)}
         for (_, prev), (name, t) in zip(marks, marks[1:], strict=False)
     ]
+    engine.start()
     server_args = {k: v for k, v in vars(args).items()}
     server_args["model_path"] = args.model
     tokenizer_dir, written = local_tokenizer_dir(args.model, args.hf_template, loaded.tokenizer)

@@ -275,6 +275,7 @@ class Engine:
         admission_quiet_s: float = 0.005,
         admission_window_s: float = 0.05,
         fuse_projections: bool = True,
+        on_weights_failed: Callable[[str], None] | None = None,
     ):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -368,6 +369,21 @@ class Engine:
             "prefix_cache_s": 0.0,
         }
         self._lock = threading.Condition()
+        # weights still being read (``load_model(defer_weights=True)``): the model holds
+        # zeros, on which the decode graphs compile and capture the same; the scheduler
+        # thread copies the weights in before anything reads the model (a request, a weight
+        # update, a checksum), or right after a warm-up. A failed read is kept and reported
+        # to every later caller (and to ``on_weights_failed``: the server process exits).
+        self._deferred = loaded if getattr(loaded, "pending", None) is not None else None
+        self._weights_in = threading.Event()
+        if self._deferred is None:
+            self._weights_in.set()
+        self._weights_wanted = False
+        self.weights_error: str | None = None
+        self._on_weights_failed = on_weights_failed
+        self.weights_load: dict[str, float] = {}  # deferred weights: wait and read seconds
+        if self._deferred is not None:  # once read, the idle scheduler copies them in
+            self._deferred.pending.when_done(self._wake)
         self._waiting: deque[GenRequest] = deque()
         self._running: list[GenRequest] = []
         self._aborts: list[tuple[str | None, bool]] = []
@@ -628,6 +644,15 @@ class Engine:
             except Exception as exc:
                 log.exception("decode graph warm-up failed")
                 op.result = {"success": False, "message": f"warm-up failed: {exc}"}
+            # captured on zeros (when the weights were still out): they go in now, before
+            # the run's first request
+            self._fill_weights()
+            op.result.update(self.weights_load)
+            if self.weights_error is not None:
+                op.result = {
+                    "success": False,
+                    "message": f"model weights failed to load: {self.weights_error}",
+                }
             op.done.set()
 
     def _control(self, op: _Pause, timeout: float) -> bool:
@@ -642,6 +667,7 @@ class Engine:
 
     def checksum(self, kind: str = "sha256") -> str:
         """``sha256`` (startup audit, CPU) or ``wsum64`` (on the device, after publication)."""
+        self.wait_weights()
         with self._lock:
             if kind == "wsum64":
                 from runtime.publication.checksum import device_checksum
@@ -649,7 +675,79 @@ class Engine:
                 return device_checksum(self.model.state_dict())
             return state_checksum(self.model.state_dict())
 
+    @property
+    def weights_pending(self) -> bool:
+        """True while deferred weights are still to be copied in (the model holds zeros)."""
+        return not self._weights_in.is_set()
+
+    def wait_weights(self, timeout: float = 1800.0) -> None:
+        """Block until deferred weights are in the model (the scheduler copies them);
+        raise ``RuntimeError`` with the cause if their read failed."""
+        if not self._weights_in.is_set():
+            with self._lock:
+                self._weights_wanted = True
+                self._lock.notify_all()
+            if not self._weights_in.wait(timeout):
+                raise RuntimeError(f"the model's weights were not read within {timeout:.0f}s")
+        if self.weights_error is not None:
+            raise RuntimeError(self.weights_error)
+
     # ---- scheduler thread ----------------------------------------------------------------
+
+    def _fill_weights(self) -> None:
+        """Copy deferred weights into the model, in place (the fused projections and captured
+        graphs keep their tensors); ``weights_load``: the seconds this waited and copied,
+        and the read's own."""
+        loaded, self._deferred = self._deferred, None
+        if loaded is None:
+            return
+        pending = loaded.pending
+        t0 = time.perf_counter()
+        try:
+            loaded.fill_weights()
+            self._check_fused()
+            _sync(self.device)
+        except Exception as exc:
+            self.weights_error = f"{type(exc).__name__}: {exc}"
+            log.error("the model's weights failed to load: %s", self.weights_error)
+            self._weights_in.set()
+            if self._on_weights_failed is not None:
+                self._on_weights_failed(self.weights_error)
+            return
+        self._weights_in.set()
+        wait_s, read_s = time.perf_counter() - t0, float(getattr(pending, "read_s", 0.0) or 0.0)
+        self.weights_load = {"weights_wait_s": round(wait_s, 3), "weights_read_s": round(read_s, 3)}
+        # after "KV pool" in this server's start-up: the read ran beside what came since
+        self.startup_phases.append(
+            {"name": f"weights (read beside: {read_s:.1f}s) copied in", "seconds": round(wait_s, 3)}
+        )
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._lock.notify_all()
+
+    def _needs_weights(self) -> bool:
+        """Deferred weights are still out, and read or about to be read from the model."""
+        if self._deferred is None:
+            return False
+        if self._deferred.pending.done or self._weights_wanted:
+            return True
+        return bool(self._waiting or self._running or self._updates)
+
+    def _refuse_all(self, message: str) -> None:
+        """The weights failed to load: every waiting request and update fails with why."""
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), deque()
+            updates, self._updates = self._updates, []
+        for req in waiting:
+            self._finish(req, _abort_reason(f"model weights failed to load: {message}", 500))
+        for upd in updates:
+            upd.result = {
+                "success": False,
+                "message": f"model weights failed to load: {message}",
+                "num_paused_requests": upd.paused,
+            }
+            upd.done.set()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -680,6 +778,11 @@ class Engine:
                 self._apply_pauses(pauses)
                 if self._warmups:
                     self._apply_warmups()
+                if self._needs_weights():
+                    self._fill_weights()
+                if self.weights_error is not None:
+                    self._refuse_all(self.weights_error)
+                    continue
                 paused = self._maybe_update()
                 if not paused and self.pause_mode is None:
                     self._admit()
@@ -702,6 +805,8 @@ class Engine:
     def _idle(self) -> bool:
         """Nothing to do until notified (caller holds the lock)."""
         if self._stop or self._aborts or self._updates or self._pauses or self._flushes:
+            return False
+        if self._deferred is not None and (self._weights_wanted or self._deferred.pending.done):
             return False
         if self._warmups and not self._running:
             return False

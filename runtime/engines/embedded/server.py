@@ -378,7 +378,10 @@ async def get_weight_checksum(request: web.Request) -> web.Response:
     kind = request.query.get("kind", "sha256")
     if kind not in ("sha256", "wsum64"):
         return _error(f"kind {kind!r} is not supported (sha256, wsum64)")
-    checksum = await asyncio.to_thread(engine.checksum, kind)
+    try:
+        checksum = await asyncio.to_thread(engine.checksum, kind)
+    except RuntimeError as exc:  # the model's weights failed to load (or never came)
+        return _error(str(exc), 503)
     return web.json_response({"checksum": checksum, "weight_version": engine.weight_version})
 
 
