@@ -1,8 +1,9 @@
 """`rlc run` from an olmo_hybrid HF checkpoint written by transformers (GatedDeltaNet layers
-beside attention ones): the embedded engine serves it with each sequence's recurrent state,
-the trainer steps on its rollouts, and the final HF export loads in transformers with the
-newest checkpoint's logits (that one GRPO update moves the weights is checked in
-tests/unit/test_hf_families.py, where the rewards are chosen)."""
+beside attention ones): the embedded engine serves it with each sequence's recurrent state
+(started on zeros while it read the checkpoint), the trainer steps on its rollouts, and the
+final HF export loads in transformers with the newest checkpoint's logits (that one GRPO
+update moves the weights is checked in tests/unit/test_hf_families.py, where the rewards
+are chosen)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def test_olmo_hybrid_hf_source_trains_and_exports(tmp_path: Path) -> None:
     assert facts["model_recurrent_layers"] == 1
     code, out = run(manifest, "--resume", "never", timeout=240)
     assert code == 0, out[-3000:]
+    # the engine started on zeros and copied the checkpoint in before the weight audit
+    engine_line = next(ln for ln in out.splitlines() if "rlc: engine start-up (" in ln)
+    assert "model (allocated)" in engine_line and "weights (read beside" in engine_line
     root = tmp_path / "run"
     assert [r["collection"] for r in records(root)] == list(range(N))
 
