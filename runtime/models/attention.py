@@ -126,11 +126,11 @@ def _flex_attention(device: torch.device) -> Callable[..., Any]:
     key = device.type
     if key not in _FLEX:
         if key == "cuda":
-            from runtime.compile_limits import raise_recompile_limits
+            from runtime.compile_settings import prepare_compile
 
             # grad mode x window sizes x static/dynamic rows, for the policy and the
             # reference: past dynamo's default 8 the kernel would silently run unfused
-            raise_recompile_limits(64)
+            prepare_compile(64)
         _FLEX[key] = (
             torch.compile(flex_attention, dynamic=None) if key == "cuda" else flex_attention
         )

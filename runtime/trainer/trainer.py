@@ -284,10 +284,10 @@ class Trainer:
         if cfg.activation_recompute:
             self._apply_activation_recompute()
         if cfg.compile_model:  # after activation checkpointing, before FSDP (OLMo-core's order)
-            from runtime.compile_limits import raise_recompile_limits
+            from runtime.compile_settings import prepare_compile
 
             # window sizes x grad modes x row shapes (x the reference model's variants)
-            raise_recompile_limits(64)
+            prepare_compile(64)
             for m in (self.model, self.ref_model):
                 if m is not None:
                     m.apply_compile()
@@ -665,6 +665,8 @@ class Trainer:
         are all zero and are dropped, buffers and the RNG are put back, the optimizer never
         steps: the first update starts from exactly the state it had. Returns how many rows
         ran; ``warm_up_log`` holds each row's seconds and compiled graphs."""
+        from runtime.compile_settings import aot_cache_counts
+
         lengths = self.warm_up_lengths()
         rows = [pad_row(_filler_rows()[0], n) for n in lengths]
         was_training = self.model.training
@@ -673,16 +675,19 @@ class Trainer:
         self.warm_up_log = []
 
         def timed(kind: str, row: PackedRow, run: Callable[[], None]) -> None:
-            t0, graphs0 = time.perf_counter(), compiled_graphs()
+            t0, graphs0, aot0 = time.perf_counter(), compiled_graphs(), aot_cache_counts()
             run()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            aot = aot_cache_counts()
             self.warm_up_log.append(
                 {
                     "pass": kind,
                     "tokens": row.num_tokens,
                     "s": round(time.perf_counter() - t0, 3),
                     "graphs": compiled_graphs() - graphs0,
+                    # AOTAutograd's cache for those graphs: a warm cache should only hit
+                    "aot_cache": {k: aot[k] - aot0[k] for k in aot},
                 }
             )
 

@@ -975,9 +975,9 @@ class InferenceModel:
         """Compile the decode step by region: one block (reused by every layer wired the
         same way), the LM head, and the head with sampling. On any compile error the engine
         logs it once and stays eager."""
-        from runtime.compile_limits import raise_recompile_limits
+        from runtime.compile_settings import prepare_compile
 
-        raise_recompile_limits(512)
+        prepare_compile(512)
 
         def region(fn: Callable[..., Any], dynamic: bool | None = None) -> Any:
             return torch.compile(fn, dynamic=dynamic, mode=mode, backend=backend)
