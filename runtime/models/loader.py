@@ -171,15 +171,24 @@ def _finish(
     )
 
 
-def _allocated(config: TransformerConfig, device: str | torch.device = "cpu") -> Transformer:
+def _allocated(
+    config: TransformerConfig,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> Transformer:
     """The model with storage but no initialisation, for weights that are loaded next.
 
     OLMo-core's ``init_weights`` random-initialises every weight (the 1.5B builtin: tens of
     seconds on the CPU), which a load would overwrite at once. Every parameter and
     persistent buffer comes from the state (a missing one is refused), and the models have
     no other buffers: allocating is enough. ``to_empty`` gives the embedding and a tied LM
-    head their own storage, so they are tied again, as ``init_weights`` does."""
-    model = config.build(init_device="meta").to_empty(device=torch.device(device))
+    head their own storage, so they are tied again, as ``init_weights`` does. ``dtype``:
+    allocated in it at once (no float32 copy on the device first, whose freed blocks the
+    allocator would keep: an engine sizes its KV pool from what it holds)."""
+    model = config.build(init_device="meta")
+    if dtype is not None:
+        model = model.to(dtype=dtype)
+    model = model.to_empty(device=torch.device(device))
     if config.tie_word_embeddings:
         model._tie_weights()
     return model
@@ -192,10 +201,12 @@ def _build_with_state(config: TransformerConfig, state: dict[str, torch.Tensor])
     return model
 
 
-def _zeroed(config: TransformerConfig, device: str | torch.device) -> Transformer:
-    """Allocated on ``device`` and zeroed: the model to build and compile while its
-    weights load (zeros rather than whatever the memory held)."""
-    model = _allocated(config, device)
+def _zeroed(
+    config: TransformerConfig, device: str | torch.device, dtype: torch.dtype
+) -> Transformer:
+    """Allocated on ``device`` in ``dtype`` and zeroed: the model to build and compile
+    while its weights load (zeros rather than whatever the memory held)."""
+    model = _allocated(config, device, dtype)
     with torch.no_grad():
         for tensor in model.state_dict().values():
             tensor.zero_()
@@ -237,9 +248,11 @@ def _init_builtin(
     seed: int,
     device: str | torch.device,
     cached: bool | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Transformer:
     """Random-initialise on the CPU from ``seed``, or read that initialisation back from
-    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``.
+    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``
+    (in ``dtype``: the model is allocated in it and the float32 file copied in).
     ``cached``: use the cache whatever the model's size (default: above ``MIN_PARAMS``)."""
     from filelock import FileLock
 
@@ -253,9 +266,8 @@ def _init_builtin(
     with FileLock(str(path) + ".lock"):
         if path.is_file():
             # every tensor of these models is a parameter in the file: allocate, then fill
-            dev = torch.device(device)
-            model = _allocated(config, dev)
-            model.load_state_dict(load_safetensors(path, device=str(dev)), strict=True)
+            model = _allocated(config, torch.device(device), dtype)
+            model.load_state_dict(load_safetensors(path), strict=True)
             return model
         model = initialise_on_cpu(config, seed)
         save_safetensors(model.state_dict(), path.parent, filename=path.name)
@@ -335,7 +347,7 @@ def load_model(
                 lambda: _builtin_state(config, source, seed),
                 (tokenizer, family, source, device, dtype, architecture),
             )
-        model = _init_builtin(config, source, seed, device)
+        model = _init_builtin(config, source, seed, device, dtype=dtype)
         return _finish(model, config, tokenizer, family, source, device, dtype, architecture)
     path = Path(source)
     if fmt == "native":
@@ -386,7 +398,7 @@ def _deferred(
 ) -> LoadedModel:
     tokenizer, family, source, device, dtype, architecture = rest
     pending = PendingWeights(fetch)  # reading starts before the model is even allocated
-    loaded = _finish(_zeroed(config, device), config, tokenizer, *rest[1:])
+    loaded = _finish(_zeroed(config, device, dtype), config, tokenizer, *rest[1:])
     loaded.pending = pending
     return loaded
 

@@ -209,3 +209,31 @@ def test_a_deferred_builtin_reads_the_init_cache_a_child_process_wrote(
         lm.fill_weights()
         assert state_checksum(lm.model.state_dict()) == expected
     assert len(list((tmp_path / "builtin-init").glob("tiny-*.safetensors"))) == 1
+
+
+def test_a_bfloat16_load_is_allocated_in_it_and_equals_the_float32_load_cast(
+    tmp_path, monkeypatch
+) -> None:
+    """A model loaded in bfloat16 (an engine's) is allocated in it, never in float32 on its
+    device first; from the init cache, deferred or not, it is the float32 load cast."""
+    import runtime.models.init_cache as init_cache
+    from runtime.models import loader
+
+    monkeypatch.setattr(init_cache, "MIN_PARAMS", 0)
+    monkeypatch.setenv("RLC_CACHE_DIR", str(tmp_path))
+    full = load_model("builtin:tiny", seed=2).model.state_dict()  # writes the cache
+    made: list[torch.dtype | None] = []
+    allocated = loader._allocated
+
+    def spy(config, device="cpu", dtype=None):
+        made.append(dtype)
+        return allocated(config, device, dtype)
+
+    monkeypatch.setattr(loader, "_allocated", spy)
+    half = load_model("builtin:tiny", seed=2, dtype=torch.bfloat16)
+    deferred = load_model("builtin:tiny", seed=2, dtype=torch.bfloat16, defer_weights=True)
+    deferred.fill_weights()
+    assert made == [torch.bfloat16, torch.bfloat16]
+    for model in (half.model, deferred.model):
+        state = model.state_dict()
+        assert all(torch.equal(state[k], v.to(torch.bfloat16)) for k, v in full.items())

@@ -298,7 +298,9 @@ class Engine:
         total = used = None
         if mem_fraction_static is not None and self.device.type == "cuda":
             # this process's own memory, not the device's: a trainer starting beside the
-            # engine on the same GPU leaves the pool as it would be alone
+            # engine on the same GPU leaves the pool as it would be alone; blocks freed
+            # while loading (a checkpoint's copies) go back first, so they do not count
+            torch.cuda.empty_cache()
             _, total = torch.cuda.mem_get_info(self.device)
             used = torch.cuda.memory_reserved(self.device)
         pool = kv_pool_tokens(
