@@ -10,12 +10,16 @@ another thread (a dense model: ``load_model(defer_weights=True)``), and they are
 after its warm-up: a builtin's first initialisation (tens of seconds on the CPU) or a large
 checkpoint's read then overlaps the compiles instead of preceding them.
 
-Where it may (``beside_engines``): one trainer rank in this process (several ranks keep
-their collectives on the main thread), and engines whose KV pool does not depend on what
-else holds their GPU when they size it. The embedded engine counts only its own memory;
-SGLang sizes its pool from the device's free memory, so an SGLang engine on the trainer's
-GPUs starts first and the trainer after it, as before. ``RLC_TRAINER_BESIDE_ENGINES=0``
-keeps that order for any run (to measure what the overlap saves).
+Where it does (``beside_engines``): a trainer with a warm-up to run (a CPU trainer has
+none; beside the engines, its build alone saved nothing measurable on a CPU, and its
+deferred weights would come through a child process; docs/benchmarks.md), one trainer
+rank in this process (several ranks keep their
+collectives on the main thread), and engines whose KV pool does not depend on what else
+holds their GPU when they size it. The embedded engine counts only its own memory; SGLang
+sizes its pool from the device's free memory, so an SGLang engine on the trainer's GPUs
+starts first and the trainer after it, as before. ``RLC_TRAINER_BESIDE_ENGINES=0`` keeps
+that order for any run (to measure what the overlap saves); ``=1`` starts a trainer
+without a warm-up beside the engines too (to test that path on a CPU).
 
 The thread first waits for the preload (imports and the architecture check), so the two
 never import at once; the main thread touches the trainer only through ``built`` and
@@ -39,14 +43,16 @@ def beside_engines(
     *,
     trainer_world: int,
     trainer_on_gpus: bool,
+    warms_up: bool,
     colocated: bool,
     pool_from_own_memory: bool,
     env: dict[str, str] | None = None,
 ) -> bool:
-    """May this node's trainer start while its engines start (see the module docstring)?"""
-    if (os.environ if env is None else env).get(DISABLE_ENV, "1") == "0":
+    """Does this node's trainer start while its engines start (see the module docstring)?"""
+    setting = (os.environ if env is None else env).get(DISABLE_ENV)
+    if setting == "0" or trainer_world != 1:
         return False
-    if trainer_world != 1:
+    if not warms_up and setting != "1":
         return False
     return not trainer_on_gpus or not colocated or pool_from_own_memory
 

@@ -778,6 +778,7 @@ def trainer_start(runner: Node) -> TrainerStart[TrainerAdapter] | None:
     if not beside_engines(
         trainer_world=cfg.placement.trainer.world_size,
         trainer_on_gpus=cfg.trainer.device != "cpu",
+        warms_up=warms_up_trainer(cfg),
         colocated=cfg.inference.placement == "colocated",
         pool_from_own_memory=backend_for(cfg.inference.engine).pool_from_own_memory,
     ):

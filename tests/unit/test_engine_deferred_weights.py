@@ -4,6 +4,7 @@ read fails each of them with its cause, and the server process exits with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 httpx = pytest.importorskip("httpx")
 
+from runtime.engines.embedded.__main__ import DEFER_WEIGHTS_ENV, defers_weights  # noqa: E402
 from runtime.engines.embedded.inprocess import InProcessServer  # noqa: E402
 from runtime.engines.embedded.sampling import SamplingParams  # noqa: E402
 from runtime.engines.process import free_port  # noqa: E402
@@ -95,7 +97,7 @@ def test_requests_wait_for_the_read_then_match_an_engine_that_loaded_first(
         assert _tokens(out["value"]) == _tokens(reference["generate"])
         assert not srv.engine.weights_pending
         assert srv.engine.checksum() == reference["checksum"]
-        assert srv.engine.startup_phases[-1]["name"].startswith("weights (read beside")
+        assert srv.engine.startup_phases[-1]["name"].startswith("weights (read ")
 
 
 def test_a_warm_up_runs_on_zeros_and_copies_the_weights_in_after_it(checkpoint, reference, gate):
@@ -166,6 +168,7 @@ def test_the_server_process_exits_with_the_reads_cause(checkpoint, tmp_path):
             + ["--port", str(free_port("127.0.0.1")), "--context-length", "64"],
             stdout=fh,
             stderr=subprocess.STDOUT,
+            env={**os.environ, DEFER_WEIGHTS_ENV: "1"},  # on a CPU too
         )
         try:
             assert proc.wait(120) == 1
@@ -173,3 +176,9 @@ def test_the_server_process_exits_with_the_reads_cause(checkpoint, tmp_path):
             proc.kill()
     cause = cause_from_log(log)
     assert "SafetensorError" in cause or "safetensors" in cause.lower(), cause
+
+
+def test_the_engine_defers_where_it_has_graphs_to_capture_meanwhile() -> None:
+    assert defers_weights("cuda", {}) and not defers_weights("cpu", {})
+    assert defers_weights("cpu", {DEFER_WEIGHTS_ENV: "1"})
+    assert not defers_weights("cuda", {DEFER_WEIGHTS_ENV: "0"})

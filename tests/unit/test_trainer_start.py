@@ -99,22 +99,30 @@ def test_a_run_that_fails_before_taking_the_trainer_closes_it_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("world", "gpus", "colocated", "own", "env", "expected"),
+    ("world", "gpus", "warms_up", "colocated", "own", "env", "expected"),
     [
-        (1, True, True, True, {}, True),  # embedded engine on the trainer's GPU
-        (1, True, True, False, {}, False),  # SGLang on the trainer's GPU: it sizes first
-        (1, True, False, False, {}, True),  # SGLang on its own GPUs
-        (1, False, True, False, {}, True),  # a CPU trainer holds no GPU memory
-        (2, True, False, True, {}, False),  # several ranks: collectives stay on one thread
-        (1, True, True, True, {DISABLE_ENV: "0"}, False),
+        (1, True, True, True, True, {}, True),  # embedded engine on the trainer's GPU
+        (1, True, True, True, False, {}, False),  # SGLang on the trainer's GPU: it sizes first
+        (1, True, True, False, False, {}, True),  # SGLang on its own GPUs
+        (1, False, False, True, False, {}, False),  # a CPU trainer: no warm-up to overlap
+        (1, False, False, True, False, {DISABLE_ENV: "1"}, True),  # ... unless asked
+        (2, True, True, False, True, {}, False),  # several ranks: collectives stay on one thread
+        (1, True, True, True, True, {DISABLE_ENV: "0"}, False),
     ],
 )
-def test_when_the_trainer_may_start_beside_the_engines(
-    world: int, gpus: bool, colocated: bool, own: bool, env: dict[str, str], expected: bool
+def test_when_the_trainer_starts_beside_the_engines(
+    world: int,
+    gpus: bool,
+    warms_up: bool,
+    colocated: bool,
+    own: bool,
+    env: dict[str, str],
+    expected: bool,
 ) -> None:
     got = beside_engines(
         trainer_world=world,
         trainer_on_gpus=gpus,
+        warms_up=warms_up,
         colocated=colocated,
         pool_from_own_memory=own,
         env=env,

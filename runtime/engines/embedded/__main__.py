@@ -170,8 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# ``0``: load the model's weights before the engine starts (to measure what deferring saves)
+# Whether the engine starts on zeros while its weights are read: by default on a GPU,
+# where it compiles and captures its decode graphs meanwhile; on a CPU it has nothing to
+# overlap the read with. ``0``: never (to measure what it saves); ``1``: on a CPU too.
 DEFER_WEIGHTS_ENV = "RLC_ENGINE_DEFER_WEIGHTS"
+
+
+def defers_weights(device: str, env: dict[str, str] | None = None) -> bool:
+    setting = (os.environ if env is None else env).get(DEFER_WEIGHTS_ENV)
+    return setting == "1" or (setting != "0" and device == "cuda")
 
 
 def load_source(
@@ -269,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         hf_template=args.hf_template,
         # the weights are read while the engine sizes its pool, serves its health check
         # and captures its decode graphs (on zeros); they are copied in before any request
-        defer_weights=os.environ.get(DEFER_WEIGHTS_ENV, "1") != "0",
+        defer_weights=defers_weights(args.device),
     )
     mark("model" if getattr(loaded, "pending", None) is None else "model (allocated)")
     engine = Engine(

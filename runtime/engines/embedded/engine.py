@@ -721,7 +721,10 @@ class Engine:
         self.weights_load = {"weights_wait_s": round(wait_s, 3), "weights_read_s": round(read_s, 3)}
         # after "KV pool" in this server's start-up: the read ran beside what came since
         self.startup_phases.append(
-            {"name": f"weights (read beside: {read_s:.1f}s) copied in", "seconds": round(wait_s, 3)}
+            {
+                "name": f"weights (read {read_s:.1f}s beside the above), wait and copy",
+                "seconds": round(wait_s, 3),
+            }
         )
 
     def _wake(self) -> None:
