@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from results_file import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,16 +104,12 @@ def main() -> None:
                     }
                 )
                 print(json.dumps(rows[-1]), flush=True)
-    result = {
-        "model": args.model,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "torch": __import__("torch").__version__,
-        "rows": rows,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(
+        args.out,
+        rows,
+        model=args.model,
+        torch=__import__("torch").__version__,
+    )
     print(
         f"\n{'what':<24}{'autocast cached':>16}{'cold s':>9}{'warm s (best)':>15}  warm AOT cache"
     )

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from results_file import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -93,17 +94,13 @@ def main() -> None:
         ):
             times = [_child(what, ckpt, args.code_root) for _ in range(args.repeats)]
             rows.append({"step": what, "label": label, "seconds": times, "best_s": min(times)})
-    result = {
-        "model": args.model,
-        "parameters": params,
-        "machine": platform.machine(),
-        "cpus": __import__("os").cpu_count(),
-        "torch": __import__("torch").__version__,
-        "rows": rows,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(
+        args.out,
+        rows,
+        model=args.model,
+        parameters=params,
+        torch=__import__("torch").__version__,
+    )
     print(f"{'step':<32}{'best s':>10}{'all s':>24}")
     for r in rows:
         runs = ", ".join(f"{s:.2f}" for s in r["seconds"])

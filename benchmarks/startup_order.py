@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from results_file import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDERS = {
@@ -87,15 +87,11 @@ def main() -> None:
                 warm.append(_run(args.model, order, cache, out))
             rows.append({"order": order, "cold": cold, "warm": warm})
             print(json.dumps(rows[-1]), flush=True)
-    result = {
-        "model": args.model,
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "rows": rows,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(
+        args.out,
+        rows,
+        model=args.model,
+    )
     print(f"\n{'order':<14}{'cold start-up s':>24}{'warm start-up s':>24}")
     for r in rows:
         cold = ", ".join(f"{c['startup_s']:.1f}" for c in r["cold"])
