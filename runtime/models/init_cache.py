@@ -56,25 +56,37 @@ def initialise_on_cpu(config: TransformerConfig, seed: int) -> Transformer:
     return model
 
 
-def write(source: str, seed: int) -> None:
-    """Initialise the builtin ``source`` and write it here (if not there yet)."""
+def ensure_written(
+    config: TransformerConfig, source: str, seed: int, path: Path
+) -> Transformer | None:
+    """Initialise the builtin and write it to ``path``, unless it is there: the model it
+    initialised, or None when another loader (an engine, the trainer) wrote it first. The
+    lock makes a concurrent loader wait for that write instead of initialising again; the
+    write itself is atomic, so reading the file needs no lock."""
     from filelock import FileLock
 
+    from .weights import save_safetensors
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return None
+        model = initialise_on_cpu(config, seed)
+        save_safetensors(model.state_dict(), path.parent, filename=path.name)
+        return model
+
+
+def write(source: str, seed: int) -> None:
+    """Initialise the builtin ``source`` and write it here (if not there yet)."""
     from .builtin import builtin_config
     from .tokenizer import builtin_tokenizer
-    from .weights import save_safetensors
 
     path = cache_path(source, seed)
     if path is None:
         return
     tokenizer = builtin_tokenizer(source)
     _, config = builtin_config(source.removeprefix("builtin:"), tokenizer.vocab_size, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if path.is_file():  # another loader (an engine, the trainer) wrote it meanwhile
-            return
-        model = initialise_on_cpu(config, seed)
-        save_safetensors(model.state_dict(), path.parent, filename=path.name)
+    ensure_written(config, source, seed, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -220,26 +220,20 @@ def _builtin_state(config: TransformerConfig, source: str, seed: int) -> dict[st
     import subprocess
     import sys
 
-    from filelock import FileLock
-
     from .init_cache import cache_path
 
     path = cache_path(source, seed)
-    assert path is not None  # deferred only with the cache on (see _defers)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if path.is_file():
-            return load_safetensors(path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "runtime.models.init_cache", source, str(seed)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0 or not path.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelLoadError(f"{source}: initialising its weights failed: {last}")
-    with FileLock(str(path) + ".lock"):
-        return load_safetensors(path)
+    assert path is not None  # deferred only with the cache on (see _init_cached)
+    if not path.is_file():
+        proc = subprocess.run(
+            [sys.executable, "-m", "runtime.models.init_cache", source, str(seed)],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0 or not path.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ModelLoadError(f"{source}: initialising its weights failed: {last}")
+    return load_safetensors(path)
 
 
 def _init_builtin(
@@ -247,31 +241,23 @@ def _init_builtin(
     source: str,
     seed: int,
     device: str | torch.device,
-    cached: bool | None = None,
     dtype: torch.dtype | None = None,
 ) -> Transformer:
     """Random-initialise on the CPU from ``seed``, or read that initialisation back from
-    the init cache (``runtime.models.init_cache``), restoring it straight onto ``device``
-    (in ``dtype``: the model is allocated in it and the float32 file copied in).
-    ``cached``: use the cache whatever the model's size (default: above ``MIN_PARAMS``)."""
-    from filelock import FileLock
+    the init cache (``runtime.models.init_cache``; above ``MIN_PARAMS``), restoring it
+    straight onto ``device`` (in ``dtype``: allocated in it, the float32 file copied in)."""
+    from .init_cache import MIN_PARAMS, cache_path, ensure_written, initialise_on_cpu
 
-    from .init_cache import MIN_PARAMS, cache_path, initialise_on_cpu
-
-    use_cache = cached if cached is not None else config.num_params >= MIN_PARAMS
-    path = cache_path(source, seed) if use_cache else None
+    path = cache_path(source, seed) if config.num_params >= MIN_PARAMS else None
     if path is None:
         return initialise_on_cpu(config, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if path.is_file():
-            # every tensor of these models is a parameter in the file: allocate, then fill
-            model = _allocated(config, torch.device(device), dtype)
-            model.load_state_dict(load_safetensors(path), strict=True)
-            return model
-        model = initialise_on_cpu(config, seed)
-        save_safetensors(model.state_dict(), path.parent, filename=path.name)
-        return model
+    made = ensure_written(config, source, seed, path)
+    if made is not None:
+        return made
+    # every tensor of these models is a parameter in the file: allocate, then fill
+    model = _allocated(config, torch.device(device), dtype)
+    model.load_state_dict(load_safetensors(path), strict=True)
+    return model
 
 
 def check_source(source: str, *, hf_template: str | None = None) -> None:

@@ -85,10 +85,6 @@ class TrainerStart(Generic[T]):
         self.rows = 0
         self._thread = threading.Thread(target=self._run, name="rlc-trainer-start", daemon=True)
 
-    @property
-    def warms_up(self) -> bool:
-        return self._warm_up is not None
-
     def start(self) -> None:
         if self._thread.ident is None:
             self._thread.start()

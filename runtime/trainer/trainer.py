@@ -701,10 +701,14 @@ class Trainer:
             loss.backward()
 
         sentinel = self.sentinel_row_tokens()
-        with contextlib.ExitStack() as marks:
-            if sentinel is not None:
-                values = ",".join(map(str, _sentinel_values(sentinel)))
-                marks.enter_context(torch.compiler.config.patch(dynamic_values=values))
+        marks = (
+            contextlib.nullcontext()
+            if sentinel is None
+            else torch.compiler.config.patch(
+                dynamic_values=",".join(map(str, _sentinel_values(sentinel)))
+            )
+        )
+        with marks:
             try:
                 if not self.scores_on_training_graph:
                     self.model.eval()  # as compute_logprobs runs

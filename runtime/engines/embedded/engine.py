@@ -373,14 +373,13 @@ class Engine:
         self._lock = threading.Condition()
         # weights still being read (``load_model(defer_weights=True)``): the model holds
         # zeros, on which the decode graphs compile and capture the same; the scheduler
-        # thread copies the weights in before anything reads the model (a request, a weight
-        # update, a checksum), or right after a warm-up. A failed read is kept and reported
-        # to every later caller (and to ``on_weights_failed``: the server process exits).
+        # thread copies the weights in once read, and meanwhile admits no request and
+        # applies no update (a checksum waits). A failed read is kept and reported to every
+        # later caller (and to ``on_weights_failed``: the server process exits).
         self._deferred = loaded if getattr(loaded, "pending", None) is not None else None
         self._weights_in = threading.Event()
         if self._deferred is None:
             self._weights_in.set()
-        self._weights_wanted = False
         self.weights_error: str | None = None
         self._on_weights_failed = on_weights_failed
         self.weights_load: dict[str, float] = {}  # deferred weights: wait and read seconds
@@ -427,8 +426,9 @@ class Engine:
         It holds copies (slots are contiguous rows, not per-token pages), at most
         ``max_total_tokens`` tokens; on a GPU also at most half the device's memory that
         this engine left unused after allocating its slots (its own, so that a trainer
-        starting beside it does not change the budget). A recurrent (GatedDeltaNet) state cannot resume from an
-        arbitrary prefix, so hybrid models keep identical-prompt sharing only.
+        starting beside it does not change the budget). A recurrent (GatedDeltaNet) state
+        cannot resume from an arbitrary prefix, so hybrid models keep identical-prompt
+        sharing only.
         """
         if not self.radix_cache:
             return None
@@ -685,12 +685,8 @@ class Engine:
     def wait_weights(self, timeout: float = 1800.0) -> None:
         """Block until deferred weights are in the model (the scheduler copies them);
         raise ``RuntimeError`` with the cause if their read failed."""
-        if not self._weights_in.is_set():
-            with self._lock:
-                self._weights_wanted = True
-                self._lock.notify_all()
-            if not self._weights_in.wait(timeout):
-                raise RuntimeError(f"the model's weights were not read within {timeout:.0f}s")
+        if not self._weights_in.wait(timeout):
+            raise RuntimeError(f"the model's weights were not read within {timeout:.0f}s")
         if self.weights_error is not None:
             raise RuntimeError(self.weights_error)
 
@@ -732,12 +728,11 @@ class Engine:
             self._lock.notify_all()
 
     def _needs_weights(self) -> bool:
-        """Deferred weights are still out, and read or about to be read from the model."""
+        """Deferred weights are still out, and read, or about to be read from the model (the
+        copy then waits for the read)."""
         if self._deferred is None:
             return False
-        if self._deferred.pending.done or self._weights_wanted:
-            return True
-        return bool(self._waiting or self._running or self._updates)
+        return self._deferred.pending.done or bool(self._waiting or self._running or self._updates)
 
     def _refuse_all(self, message: str) -> None:
         """The weights failed to load: every waiting request and update fails with why."""
@@ -811,8 +806,8 @@ class Engine:
         """Nothing to do until notified (caller holds the lock)."""
         if self._stop or self._aborts or self._updates or self._pauses or self._flushes:
             return False
-        if self._deferred is not None and (self._weights_wanted or self._deferred.pending.done):
-            return False
+        if self._deferred is not None and self._deferred.pending.done:
+            return False  # read: copy the weights in
         if self._warmups and not self._running:
             return False
         if self.pause_mode is not None:
