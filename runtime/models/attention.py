@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from olmo_core.nn.attention.backend import AttentionBackend, TorchAttentionBackend
 
+from .doc_chunks import DocChunks, chunked_attention, plan_doc_chunks
+
 BACKENDS = ("sdpa", "flex", "flash", "torch")
 
 
@@ -74,21 +76,48 @@ class DocMaskedSDPABackend(TorchAttentionBackend):
             raise RuntimeError("document masking supports only self-attention without kv cache")
         q, k, v = qkv  # (B, T, H, D)
         batch, seq_len = q.shape[0], q.shape[1]
-        mask = document_mask(cu_doc_lens.to(q.device), batch, seq_len, self.window_size)
+        dropout = self.dropout_p if self.training else 0.0
         n_rep = self.n_heads // self.n_kv_heads
         if n_rep > 1:
             k = k.repeat_interleave(n_rep, dim=2)
             v = v.repeat_interleave(n_rep, dim=2)
+        mask, plan = _dense_or_chunked(cu_doc_lens, batch, seq_len, self.window_size, q.device)
+        if plan is not None:
+            return chunked_attention(q, k, v, plan, self.scale, dropout)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         att = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout_p if self.training else 0.0,
-            scale=self.scale,
+            q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale
         )
         return att.transpose(1, 2).contiguous()
+
+
+# (batch, seq_len, window) -> (cu_doc_lens tensor, dense mask or chunk plan) of the forward
+# in progress: every layer receives the same cu_doc_lens tensor, so one is built per forward
+_DOC_MASKS: dict[tuple[int, int, tuple[int, int]], tuple[torch.Tensor, Any]] = {}
+
+
+def _dense_or_chunked(
+    cu_doc_lens: torch.Tensor,
+    batch: int,
+    seq_len: int,
+    window_size: tuple[int, int],
+    device: torch.device,
+) -> tuple[torch.Tensor | None, DocChunks | None]:
+    """The dense document mask, or (eager only: the plan is data-dependent, and a compiled
+    block would recompile per chunk count) the chunk plan where it costs less."""
+    if torch.compiler.is_compiling():
+        return document_mask(cu_doc_lens.to(device), batch, seq_len, window_size), None
+    key = (batch, seq_len, window_size)
+    hit = _DOC_MASKS.get(key)
+    if hit is not None and hit[0] is cu_doc_lens:
+        built = hit[1]
+    else:
+        built = plan_doc_chunks(cu_doc_lens.tolist(), window_size, device, batch)
+        if built is None:
+            built = document_mask(cu_doc_lens.to(device), batch, seq_len, window_size)
+        _DOC_MASKS.clear() if len(_DOC_MASKS) > 8 else None
+        _DOC_MASKS[key] = (cu_doc_lens, built)
+    return (None, built) if isinstance(built, DocChunks) else (built, None)
 
 
 def _doc_ids(cu_doc_lens: torch.Tensor | None, batch: int, seq_len: int, device: Any) -> Any:
