@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from runtime import control_http
 from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
 
@@ -85,7 +86,7 @@ class ServerProcess:
 
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
-            return httpx.get(self.health_url, timeout=timeout).status_code == 200
+            return control_http.get(self.health_url, timeout=timeout).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from contract.spec.inference import InferenceSection
+from runtime import control_http
 from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
 from .process import ServerProcess, ServerStartError
@@ -128,7 +129,7 @@ class Router:
     worker_urls: list[str]
 
     def workers(self, timeout: float = 5.0) -> list[dict[str, Any]]:
-        r = httpx.get(f"{self.url}/workers", timeout=timeout)
+        r = control_http.get(f"{self.url}/workers", timeout=timeout)
         r.raise_for_status()
         return list(r.json().get("workers", []))
 
@@ -147,7 +148,7 @@ class Router:
 
 def _workers_ready(url: str, expected: list[str]) -> bool:
     try:
-        r = httpx.get(f"{url}/workers", timeout=2.0)
+        r = control_http.get(f"{url}/workers", timeout=2.0)
     except httpx.HTTPError:
         return False
     if r.status_code != 200:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from runtime import control_http
+
 
 class WarmUpError(RuntimeError):
     """An engine failed to capture its decode graphs."""
@@ -33,7 +35,7 @@ def warm_up_engines(
 
     def one(url: str) -> dict[str, Any]:
         try:
-            r = httpx.post(f"{url}/warm_up", json=body, timeout=timeout_s)
+            r = control_http.post(f"{url}/warm_up", json=body, timeout=timeout_s)
         except httpx.HTTPError as exc:
             raise WarmUpError(f"{url}: decode graph warm-up: {exc}") from None
         try:

@@ -313,12 +313,14 @@ class NodeRunner:
         """Remove a dead worker from sglang-router (it is addressed by its UUID)."""
         import httpx
 
+        from runtime import control_http
+
         base = self.gen_url
         try:
-            workers = httpx.get(f"{base}/workers", timeout=5).json().get("workers", [])
+            workers = control_http.get(f"{base}/workers", timeout=5).json().get("workers", [])
             for w in workers:
                 if str(w.get("url", "")).rstrip("/") == url.rstrip("/"):
-                    httpx.delete(f"{base}/workers/{w['id']}", timeout=5)
+                    control_http.delete(f"{base}/workers/{w['id']}", timeout=5)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             print(f"rlc: warning: could not remove {url} from the router: {exc}", file=sys.stderr)
 

@@ -7,7 +7,9 @@ def healthy(url: str, timeout: float) -> bool:
     """True when ``{url}/health`` answers 200 within ``timeout`` seconds."""
     import httpx
 
+    from runtime import control_http
+
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code == 200
+        return control_http.get(f"{url}/health", timeout=timeout).status_code == 200
     except httpx.HTTPError:
         return False

@@ -12,13 +12,15 @@ from typing import Any
 
 import httpx
 
+from runtime import control_http
+
 
 class WeightAuditError(RuntimeError):
     """Trainer and engine weights differ."""
 
 
 def engine_checksum(url: str, timeout_s: float) -> str:
-    r = httpx.get(f"{url}/get_weight_checksum", timeout=timeout_s)
+    r = control_http.get(f"{url}/get_weight_checksum", timeout=timeout_s)
     r.raise_for_status()
     data = r.json()
     value = data.get("checksum") if isinstance(data, dict) else data
@@ -53,7 +55,7 @@ def audit_by_name(url: str, state: Mapping[str, Any], timeout_s: float, width: i
 
     names = list(state)
     for name in dict.fromkeys([names[0], names[len(names) // 2], names[-1]]):
-        r = httpx.post(
+        r = control_http.post(
             f"{url}/get_weights_by_name",
             json={"name": name, "truncate_size": width},
             timeout=timeout_s,
@@ -86,7 +88,7 @@ def audit_by_logprobs(
         "sampling_params": {"max_new_tokens": 8, "temperature": 0.0, "ignore_eos": True},
         "return_logprob": True,
     }
-    r = httpx.post(f"{url}/generate", json=body, timeout=timeout_s)
+    r = control_http.post(f"{url}/generate", json=body, timeout=timeout_s)
     r.raise_for_status()
     items = (r.json().get("meta_info") or {}).get("output_token_logprobs") or []
     if not items:
@@ -116,7 +118,7 @@ def audit(
     got: dict[str, str] = {}
     for url in urls:
         if state is not None or logprobs is not None:
-            r = httpx.get(f"{url}/get_weight_checksum", timeout=timeout_s)
+            r = control_http.get(f"{url}/get_weight_checksum", timeout=timeout_s)
             if r.status_code == 404:
                 _audit_sglang(url, state, logprobs, timeout_s)
                 continue

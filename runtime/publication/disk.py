@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from runtime import control_http
+
 
 class PublicationError(RuntimeError):
     """An engine refused or failed to load published weights."""
@@ -45,7 +47,7 @@ def write_snapshot(state_dict: Mapping[str, object], root: Path, version: int) -
 
 
 def engine_version(url: str, timeout_s: float) -> str | None:
-    r = httpx.get(f"{url}/get_model_info", timeout=timeout_s)
+    r = control_http.get(f"{url}/get_model_info", timeout=timeout_s)
     r.raise_for_status()
     v = r.json().get("weight_version")
     return None if v is None else str(v)
@@ -60,7 +62,9 @@ def load_on_engines(
         last: str = ""
         for attempt in range(retries + 1):
             try:
-                r = httpx.post(f"{url}/update_weights_from_disk", json=body, timeout=timeout_s)
+                r = control_http.post(
+                    f"{url}/update_weights_from_disk", json=body, timeout=timeout_s
+                )
                 data = r.json() if r.content else {}
                 if r.status_code == 200 and data.get("success", True):
                     break

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import torch
 
+from runtime import control_http
 from runtime.engines.process import free_port
 
 from .audit import WeightAuditError, _audit_sglang
@@ -180,7 +181,7 @@ class DistributedPublisher:
                 torch.distributed.destroy_process_group(self.group)
             for url in self._members:
                 with contextlib.suppress(httpx.HTTPError):
-                    httpx.post(
+                    control_http.post(
                         f"{url}/destroy_weights_update_group",
                         json={"group_name": GROUP_NAME},
                         timeout=5,
@@ -272,7 +273,7 @@ class DistributedPublisher:
 
     def _post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            r = httpx.post(f"{url}{path}", json=body, timeout=self.timeout_s)
+            r = control_http.post(f"{url}{path}", json=body, timeout=self.timeout_s)
             data = r.json() if r.content else {}
         except (httpx.HTTPError, ValueError) as exc:
             raise PublicationError(f"engine {url}{path}: {type(exc).__name__}: {exc}") from exc
@@ -300,7 +301,7 @@ class DistributedPublisher:
         want: str | None = None
         served: dict[str, torch.Tensor] | None = None
         for url in self.urls:
-            r = httpx.get(
+            r = control_http.get(
                 f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
             )
             if r.status_code == 404:  # SGLang: its own endpoints, then behaviour

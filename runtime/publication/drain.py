@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from runtime import control_http
+
 from .disk import (
     DiskPublisher,
     PublicationError,
@@ -99,7 +101,9 @@ class EngineDrainPublisher:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(f"{url}{LOADS}", params={"include": "core"}, timeout=self.timeout_s)
+                r = control_http.get(
+                    f"{url}{LOADS}", params={"include": "core"}, timeout=self.timeout_s
+                )
                 loads = r.json()["loads"]
             except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
                 raise PublicationError(f"engine {url} did not report its load: {exc}") from exc
@@ -115,14 +119,14 @@ class EngineDrainPublisher:
 
     def _version(self, url: str) -> str | None:
         try:
-            v = httpx.get(f"{url}/get_model_info", timeout=self.timeout_s).json()
+            v = control_http.get(f"{url}/get_model_info", timeout=self.timeout_s).json()
         except (httpx.HTTPError, ValueError):
             return None
         got = v.get("weight_version")
         return None if got is None else str(got)
 
     def _workers(self) -> list[dict[str, Any]]:
-        r = httpx.get(f"{self.router_url}/workers", timeout=self.timeout_s)
+        r = control_http.get(f"{self.router_url}/workers", timeout=self.timeout_s)
         r.raise_for_status()
         return list(r.json().get("workers", []))
 
@@ -130,7 +134,9 @@ class EngineDrainPublisher:
         try:
             for w in self._workers():
                 if str(w.get("url", "")).rstrip("/") == url.rstrip("/"):
-                    httpx.delete(f"{self.router_url}/workers/{w['id']}", timeout=self.timeout_s)
+                    control_http.delete(
+                        f"{self.router_url}/workers/{w['id']}", timeout=self.timeout_s
+                    )
             self._until(lambda ws: url.rstrip("/") not in ws, "leave", url, version)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             raise PublicationError(
@@ -139,7 +145,9 @@ class EngineDrainPublisher:
 
     def _router_add(self, url: str, version: int) -> None:
         try:
-            r = httpx.post(f"{self.router_url}/workers", json={"url": url}, timeout=self.timeout_s)
+            r = control_http.post(
+                f"{self.router_url}/workers", json={"url": url}, timeout=self.timeout_s
+            )
             if r.status_code >= 300:
                 raise PublicationError(f"HTTP {r.status_code}: {r.text[:200]}")
             self._until(lambda ws: ws.get(url.rstrip("/"), False), "rejoin", url, version)

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from runtime import control_http
+
 from .disk import PublicationError
 
 PAUSE = {"mode": "retract"}
@@ -63,7 +65,7 @@ class RefreshPublisher:
 
     def _post(self, url: str, path: str, body: dict[str, Any], version: int) -> None:
         try:
-            r = httpx.post(f"{url}{path}", json=body, timeout=self.timeout_s)
+            r = control_http.post(f"{url}{path}", json=body, timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise PublicationError(
                 f"engine {url} did not answer {path} while publishing v{version}: "

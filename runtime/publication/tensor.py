@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 import torch
 
+from runtime import control_http
+
 from .audit import WeightAuditError
 from .checksum import device_checksum
 from .disk import DiskPublisher, PublicationError, engine_version
@@ -190,7 +192,9 @@ class TensorPublisher:
         if last:
             body["weight_version"] = str(version)
         try:
-            r = httpx.post(f"{url}/update_weights_from_tensor", json=body, timeout=self.timeout_s)
+            r = control_http.post(
+                f"{url}/update_weights_from_tensor", json=body, timeout=self.timeout_s
+            )
             data = r.json() if r.content else {}
         except (httpx.HTTPError, ValueError) as exc:
             raise PublicationError(
@@ -204,7 +208,7 @@ class TensorPublisher:
 
     def _engine_dtype(self, url: str) -> torch.dtype | None:
         if url not in self._dtypes:
-            r = httpx.get(f"{url}/get_model_info", timeout=self.timeout_s)
+            r = control_http.get(f"{url}/get_model_info", timeout=self.timeout_s)
             r.raise_for_status()
             self._dtypes[url] = _float_dtype(r.json().get("dtype"))
         return self._dtypes[url]
@@ -217,7 +221,7 @@ class TensorPublisher:
             dtype = self._engine_dtype(url)
             if dtype not in mine:
                 mine[dtype] = device_checksum(state_dict, dtype=dtype)
-            r = httpx.get(
+            r = control_http.get(
                 f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
             )
             r.raise_for_status()
