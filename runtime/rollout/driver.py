@@ -706,6 +706,7 @@ def train(runner: Node) -> dict[str, Any]:
         try:
             state = loop.run()
         finally:
+            collector.close()
             if teacher is not None:
                 teacher.close()
             eval_summary = evaluator.close() if evaluator is not None else {}

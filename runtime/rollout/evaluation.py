@@ -120,7 +120,10 @@ def evaluate_pool(
         ),
     )
     t0 = time.monotonic()
-    groups = collector.generate_groups(list(prompts), version, salt="eval")
+    try:
+        groups = collector.generate_groups(list(prompts), version, salt="eval")
+    finally:
+        collector.close()
     t1 = time.monotonic()
     stats = CollectStats()
     collector.score(groups, stats)
