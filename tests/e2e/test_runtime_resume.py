@@ -36,7 +36,9 @@ def test_kill9_then_resume_reproduces_the_run(tmp_path: Path) -> None:
     assert proc.returncode == -9
     # what a kill during a save leaves behind: a .tmp dir and a dir without COMPLETE
     ckpts = root / "checkpoints"
-    newest = sorted(p for p in ckpts.iterdir() if p.name.startswith("step-"))[-1]
+    # the newest complete save (the kill may also have cut a save short: a .tmp of its own)
+    done = (p for p in ckpts.iterdir() if p.name.startswith("step-") and (p / "COMPLETE").exists())
+    newest = sorted(done)[-1]
     shutil.copytree(newest, ckpts / "step-000099.tmp")
     torn = ckpts / "step-000098"
     shutil.copytree(newest, torn)
