@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import write_results
+
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = (
     "generate_s",
@@ -78,26 +80,27 @@ def main() -> int:
             json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
         ]
     steady = recs[1:] or recs
-    result = {
-        "benchmark": "grpo_step",
-        "spec": "specs/examples/quickstart.toml",
-        "overrides": args.overrides,
-        "collections": len(recs),
-        "samples_per_collection": recs[0]["samples"],
-        "median_s": {p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES},
-        "first_collection_s": {p: recs[0][f"time/{p}"] for p in PHASES},
-        "generated_tokens_per_s": statistics.median(r["tokens/per_s"] for r in steady),
-        "process_wall_s": wall,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load1": os.getloadavg()[0],
-        },
-        "date_unix": time.time(),
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    result = write_results(
+        Path(args.out),
+        [
+            {
+                "phase": p,
+                "first_collection_s": recs[0][f"time/{p}"],
+                "median_s": statistics.median(r[f"time/{p}"] for r in steady),
+            }
+            for p in PHASES
+        ],
+        benchmark="grpo_step",
+        spec="specs/examples/quickstart.toml",
+        overrides=args.overrides,
+        collections=len(recs),
+        samples_per_collection=recs[0]["samples"],
+        median_s={p: statistics.median(r[f"time/{p}"] for r in steady) for p in PHASES},
+        generated_tokens_per_s=statistics.median(r["tokens/per_s"] for r in steady),
+        process_wall_s=wall,
+        python=platform.python_version(),
+        load1=os.getloadavg()[0],
+    )
     print(json.dumps(result["median_s"], indent=2))
     return 0
 

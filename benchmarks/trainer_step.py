@@ -218,16 +218,30 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--attention-backend", default=None, choices=["sdpa", "flex", "flash", "torch"])
     ap.add_argument("--raw-doc-mask", action="store_true", help="document-mask the raw side too")
+    ap.add_argument(
+        "--doc-chunk-tokens",
+        type=int,
+        default=None,
+        help="sdpa: group documents into chunks of this many tokens (0: the dense row mask)",
+    )
     ap.add_argument("--peak-tflops", type=float, default=790.0)
     args = ap.parse_args()
     if args.attention_backend is None:
         args.attention_backend = "flex" if args.device.startswith("cuda") else "sdpa"
+    if args.doc_chunk_tokens is not None:
+        from runtime.models import doc_chunks
+
+        if args.doc_chunk_tokens > 0:
+            doc_chunks.CHUNK_TOKENS = args.doc_chunk_tokens
+        else:
+            doc_chunks.MIN_SAVING = float("inf")
 
     from runtime.models.builtin import parse_builtin
-    from runtime.models.tokenizer import build_builtin_tokenizer
+    from runtime.models.tokenizer import build_builtin_tokenizer, builtin_tokenizer
 
     vocab = build_builtin_tokenizer().vocab_size
     if args.model.startswith("builtin:"):
+        vocab = builtin_tokenizer(args.model).vocab_size
         vocab = parse_builtin(args.model.removeprefix("builtin:"))[1].get("vocab_size", vocab)
     samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)
     tokens = sum(s.num_tokens for s in samples)
@@ -264,6 +278,8 @@ def main() -> None:
         "grpo_over_raw_throughput": grpo["tokens_per_s"] / raw["tokens_per_s"],
         "attention_backend": args.attention_backend,
         "raw_doc_mask": args.raw_doc_mask,
+        "doc_chunk_tokens": args.doc_chunk_tokens,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "flops_per_step": flops,
         "grpo_mfu": flops / grpo["step_s"] / (args.peak_tflops * 1e12),
         "raw_mfu": flops / raw["step_s"] / (args.peak_tflops * 1e12),

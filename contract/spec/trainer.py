@@ -51,7 +51,8 @@ class TrainerSection(Section):
     attention_backend: Literal["sdpa", "flex", "flash", "torch"] | None = fld(
         None,
         description="attention kernel",
-        note="sdpa: torch SDPA with dense document masks; flex: FlexAttention block masks "
+        note="sdpa: torch SDPA with document masks (short documents attend chunk by chunk); "
+        "flex: FlexAttention block masks "
         "(GPU); flash: flash-attention varlen (GPU, needs the flash-attn package); "
         "torch: plain attention without document isolation",
         derived="'flex' on GPU, 'sdpa' on CPU",

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-# Grouping target: chunks of up to this many tokens (measured on the quickstart's CPU
-# update, benchmarks/doc_attention.py: 64 and 128 were within noise, 512 slower).
+# Grouping target: chunks of up to this many tokens. Measured on the CPU update
+# (benchmarks/trainer_step.py --doc-chunk-tokens, docs/benchmarks.md): fastest of 64-512 on
+# the quickstart's six-token documents; with 384-token documents each is its own chunk
+# anyway, and every size was within 13% of the best.
 CHUNK_TOKENS = 128
 # Chunked attention only where it saves at least this factor of the dense scores: near the
 # dense cost the gathers and the padded batch are not worth it.
@@ -56,14 +58,14 @@ def plan_doc_chunks(
     window_size: tuple[int, int],
     device: torch.device,
     rows: int,
-    chunk_tokens: int = CHUNK_TOKENS,
+    chunk_tokens: int | None = None,
 ) -> DocChunks | None:
     """The chunk plan for a packed batch with cumulative document lengths ``cu_doc_lens``
     (over the flattened ``rows x T`` tokens), or None when the dense mask costs less than
     ``MIN_SAVING`` times the chunked one."""
     total = cu_doc_lens[-1]
     doc_lens = [b - a for a, b in zip(cu_doc_lens, cu_doc_lens[1:], strict=False) if b > a]
-    groups = chunk_documents(doc_lens, chunk_tokens)
+    groups = chunk_documents(doc_lens, CHUNK_TOKENS if chunk_tokens is None else chunk_tokens)
     chunk_len = max(sum(g) for g in groups)
     seq_len = total // max(rows, 1)
     if rows * seq_len * seq_len < MIN_SAVING * len(groups) * chunk_len * chunk_len:
