@@ -2,7 +2,11 @@
 
 The whole spec as the README runs it (two engines behind the real sglang-router, CPU
 trainer, publication, audit, checkpoints, evaluation, HF export), in a fresh output root.
-The run is seeded end to end, so these thresholds hold on every run, not on average.
+The run is seeded end to end, so the same numbers come back on every run on one machine.
+A change of arithmetic (a kernel, the trainer's thread count) moves the trajectory, as a
+change of seed does, so the thresholds sit below the worst of five seeds (17 and 1-4, on
+a 2-core machine, 2026-12-05): last fifth 0.555-0.742 (first fifth 0.025-0.069), held-out
+0.480-0.812, responses cut at the length limit 1.8-11.5% over the last fifth (95% at first).
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ def test_quickstart_learns(tmp_path: Path) -> None:
     assert len(recs) == summary["collections"] == 100
     first, last = summary["reward_first_fifth"], summary["reward_last_fifth"]
     assert last >= 0.5 and last >= 10 * first, f"first fifth {first:.4f}, last fifth {last:.4f}"
-    assert summary["eval_score"] >= 0.5
+    assert summary["eval_score"] >= 0.4
     # the model learned to stop: the responses of the last fifth end with the stop token
     tail = recs[-len(recs) // 5 :]
-    assert sum(r["truncated/fraction"] for r in tail) / len(tail) <= 0.1
+    assert sum(r["truncated/fraction"] for r in tail) / len(tail) <= 0.15
     # the run ends on where its report and its export are
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rlc: ")]
     assert lines[-2] == f"rlc: report: {root / 'report.png'}"
