@@ -21,15 +21,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON: non-finite floats become null, tensor scalars numbers."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # torch / numpy scalars
-        return _clean(value.item())
+        return json_safe(value.item())
     return value
 
 
@@ -61,17 +62,22 @@ class MetricsWriter:
         self.key = key
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def truncate_from(self, collection: int) -> None:
-        """Keep only records of steps before ``collection`` (on resume or fresh start)."""
+    def truncate_from(self, collection: int, saved: dict[str, Any] | None = None) -> None:
+        """Keep only records of steps before ``collection`` (on resume or fresh start).
+        ``saved``: the record of step ``collection - 1`` kept in the checkpoint, written
+        where the file lacks it (the run was killed between the save and the line)."""
         keep = [r for r in read_metrics(self.path) if int(r.get(self.key, -1)) < collection]
+        last = collection - 1
+        if saved is not None and int(saved.get(self.key, -1)) == last:
+            keep += [] if any(int(r.get(self.key, -1)) == last for r in keep) else [saved]
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         with open(tmp, "w") as f:
             for r in keep:
-                f.write(json.dumps(r, sort_keys=True) + "\n")
+                f.write(json.dumps(json_safe(r), sort_keys=True) + "\n")
         tmp.replace(self.path)
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(_clean(record), sort_keys=True)
+        line = json.dumps(json_safe(record), sort_keys=True)
         with open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()

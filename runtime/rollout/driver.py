@@ -453,6 +453,7 @@ def _loop_state_dict(state: LoopState, cfg: RunConfig) -> dict[str, Any]:
         "policy_version": state.policy_version,
         "sampler": state.sampler,
         "pending_prompt_ids": state.pending_prompt_ids,
+        "record": state.record,
         "spec_digest": cfg.digest,
     }
 
@@ -510,6 +511,7 @@ def _try_resume(
         policy_version=int(extra["policy_version"]),
         sampler=dict(extra["sampler"]),
         pending_prompt_ids=list(extra.get("pending_prompt_ids") or []),
+        record=extra.get("record"),
     )
 
 
@@ -707,7 +709,7 @@ def train(runner: Node) -> dict[str, Any]:
         episodes=episodes,
     )
     metrics = MetricsWriter(cfg.paths.metrics)
-    metrics.truncate_from(state.collection)
+    metrics.truncate_from(state.collection, saved=state.record)
     # evaluation gets its own verifiers: shared evaluation runs beside the async producer
     eval_verifiers = RunVerifiers(cfg.rewards, cfg.judge_bindings, "zero", executor=cfg.executor)
     evaluator = _make_evaluator(cfg, runner.gen_url, check_engines, trainer, eval_verifiers)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtime.config import RunConfig, required
-from runtime.metrics import MetricsWriter, ProgressView
+from runtime.metrics import MetricsWriter, ProgressView, json_safe
 from runtime.publication.disk import PublicationError
 from runtime.rollout.buffer import BufferClosed, GroupBuffer
 from runtime.rollout.collect import Collector, CollectStats, reward_summary, tool_summary
@@ -68,6 +68,10 @@ class LoopState:
     policy_version: int = 0
     sampler: dict[str, Any] = field(default_factory=dict)
     pending_prompt_ids: list[str] = field(default_factory=list)
+    # the metrics record of collection ``collection - 1`` (without its checkpoint and
+    # collection times): saved with the checkpoint, so a kill between the save and the
+    # metrics line loses no record (the resumed run writes it)
+    record: dict[str, Any] | None = None
 
 
 class StopFlag:
@@ -394,10 +398,15 @@ class GRPOLoop:
             "train_s": t3 - t2 - logprob_s,
             "publish_s": publish_s,
         }
-        ckpt_s = self._maybe_checkpoint(c)
-        times["checkpoint_s"] = ckpt_s
-        times["collection_s"] = time.monotonic() - t0
-        return self._record(c, groups, cstats, times, mm, train_m, eval_m)
+        return self._close(c, self._record(c, groups, cstats, times, mm, train_m, eval_m), t0)
+
+    def _close(self, c: int, rec: dict[str, Any], t0: float) -> dict[str, Any]:
+        """Save when due, with ``rec`` in the checkpoint, then add the checkpoint's and the
+        whole collection's times to ``rec``."""
+        self.state.record = json_safe(rec)
+        rec["time/checkpoint_s"] = self._maybe_checkpoint(c)
+        rec["time/collection_s"] = time.monotonic() - t0
+        return rec
 
     # ---- asynchronous --------------------------------------------------------------------
     def _producer(self, buf: GroupBuffer, halt: threading.Event) -> None:
@@ -483,8 +492,6 @@ class GRPOLoop:
                     "train_s": t3 - t2 - logprob_s,
                     "publish_s": publish_s,
                 }
-                times["checkpoint_s"] = self._maybe_checkpoint(c)
-                times["collection_s"] = time.monotonic() - t0
                 rec = self._record(
                     c,
                     groups,
@@ -501,7 +508,7 @@ class GRPOLoop:
                         **eval_m,
                     },
                 )
-                self._emit(rec)
+                self._emit(self._close(c, rec, t0))
         finally:
             halt.set()
             buf.close()

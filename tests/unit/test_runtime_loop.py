@@ -106,7 +106,11 @@ def _loop(
     def save(st: LoopState) -> float:
         saved.append(
             LoopState(
-                st.collection, st.policy_version, dict(st.sampler), list(st.pending_prompt_ids)
+                st.collection,
+                st.policy_version,
+                dict(st.sampler),
+                list(st.pending_prompt_ids),
+                dict(st.record or {}),
             )
         )
         return 0.0
@@ -162,6 +166,31 @@ def test_resume_from_saved_state_continues_exactly(tmp_path: Any) -> None:
     resumed, _, _ = _loop(cfg3, trainer, state=saved[-1])
     resumed.run()
     assert [r["prompt_ids"] for r in read_metrics(cfg3.paths.metrics)] == all_ids
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_checkpoint_holds_its_collection_record(tmp_path: Any, asynchronous: bool) -> None:
+    """Killed between a save and its metrics line, a run loses no record: the checkpoint
+    holds it (without the checkpoint's own time) and the resumed run writes it."""
+    extra: dict[str, Any] = {"async": {"enabled": True}} if asynchronous else {}
+    cfg = _cfg(tmp_path, checkpoint={"interval": 1}, **extra)
+    loop, _, saved = _loop(cfg, FakeTrainer())
+    loop.run()
+    recs = read_metrics(cfg.paths.metrics)
+    for st, rec in zip(saved, recs, strict=True):
+        assert st.record is not None and st.record["collection"] == st.collection - 1
+        assert "time/checkpoint_s" not in st.record and "time/collection_s" not in st.record
+        kept = {k: v for k, v in rec.items() if k not in ("time/checkpoint_s", "time/collection_s")}
+        assert st.record == kept
+    # the kill came after the last save, before its line
+    w = MetricsWriter(cfg.paths.metrics)
+    w.truncate_from(3)
+    w.truncate_from(4, saved=saved[-1].record)
+    assert read_metrics(cfg.paths.metrics)[-1] == saved[-1].record
+    assert [r["collection"] for r in read_metrics(cfg.paths.metrics)] == [0, 1, 2, 3]
+    w.truncate_from(4, saved=saved[-1].record)  # present: not written twice
+    w.truncate_from(4, saved=saved[-2].record)  # another collection's: ignored
+    assert [r["collection"] for r in read_metrics(cfg.paths.metrics)] == [0, 1, 2, 3]
 
 
 def test_stop_flag_is_honoured_at_a_boundary_and_saves(tmp_path: Any) -> None:
