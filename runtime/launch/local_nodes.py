@@ -11,6 +11,7 @@ exits with an error the others are stopped, and the exit code is that node's.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -55,8 +56,6 @@ def _last_line(path: Path) -> str:
 
 def node_argv(manifest: Path) -> list[str]:
     """The compiled node entry point with this interpreter and the manifest's path."""
-    import json
-
     from runtime.node.launch_argv import substitute
 
     compiled = json.loads(manifest.read_text(encoding="utf-8"))["commands"]["trainer_argv"]
@@ -94,14 +93,31 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
                 os.killpg(p.pid, sig)
 
     prev = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    leader_done: float | None = None
+    stragglers: set[int] = set()
+    straggler_s = _heartbeat_timeout(manifest) + GRACE_S
     try:
         while any(p.poll() is None for _, p, _ in procs):
             for rank, p, log in procs:
                 rc = p.poll()
-                if rc not in (None, 0) and failed is None:
+                if rc not in (None, 0) and failed is None and rank not in stragglers:
                     failed = (rank, rc)
                     print(f"rlc: node {rank} exited with code {rc}: {_cause(rc, log)}", flush=True)
                     _stop_all(procs)
+            if leader_done is None and procs[0][1].poll() == 0:
+                leader_done = time.monotonic()
+            if leader_done is not None and time.monotonic() - leader_done > straggler_s:
+                # the run finished; a node that has not exited by now is hung (it would
+                # have seen the leader's end within a heartbeat): stop it, keep the result
+                for rank, p, _ in procs:
+                    if p.poll() is None:
+                        print(
+                            f"rlc: node {rank} was still running {straggler_s:g}s after the "
+                            "run finished: stopped",
+                            flush=True,
+                        )
+                        stragglers.add(rank)
+                _stop_all(procs)
             time.sleep(0.5)
     finally:
         for s, h in prev.items():
@@ -109,7 +125,7 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
         _stop_all(procs)
     if failed is None:
         for rank, p, log in procs:
-            if p.returncode:
+            if p.returncode and rank not in stragglers:
                 failed = (rank, p.returncode)
                 print(
                     f"rlc: node {rank} exited with code {p.returncode}: {_cause(p.returncode, log)}"
@@ -118,6 +134,12 @@ def run_nodes(manifest: Path, count: int, root: Path, extra: Sequence[str] = ())
     if failed is None:
         print(f"rlc: all {count} nodes finished; the trainer's summary ends {procs[0][2]}")
     return 0 if failed is None else (failed[1] if failed[1] > 0 else 3)
+
+
+def _heartbeat_timeout(manifest: Path) -> float:
+    """``launch.coordination.heartbeat_timeout``: within it a node sees the leader's end."""
+    config = json.loads(manifest.read_text(encoding="utf-8"))["config"]
+    return float(config["launch"]["coordination"]["heartbeat_timeout"])
 
 
 def _stop_all(procs: Sequence[tuple[int, subprocess.Popen[bytes], Path]]) -> None:

@@ -62,8 +62,12 @@ def finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[int, str]
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
+        proc.terminate()  # the launcher stops its nodes (their own sessions) on SIGTERM
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
         raise AssertionError(f"nodes did not finish in {timeout}s:\n{out[-3000:]}") from None
     return proc.returncode, out
 
@@ -113,7 +117,7 @@ def test_multinode_run_survives_kill9_of_each_node(tmp_path: Path) -> None:
     assert "weight audit: 2 engine(s) match" in text
     assert (logs / "node-1" / "engine-0.log").exists() and (logs / "node-0" / "router.log").exists()
     got = records(root)
-    assert [r["collection"] for r in got] == list(range(N))
+    assert [r["collection"] for r in got] == list(range(N)), out[-5000:]
     # no prompt lost or repeated: every collection trained on what it drew before the kills
     assert all(got[c]["prompt_ids"] == ids for c, ids in before.items() if c < N)
     seen = [pid for r in got for pid in r["prompt_ids"]]
@@ -127,8 +131,9 @@ def test_hung_engine_node_is_named_by_its_silent_heartbeat(tmp_path: Path) -> No
     long it was silent, and keeps the newest checkpoint for the resubmission."""
     from runtime.checkpoints import latest_complete
 
+    # more collections than the run can finish within the timeout after the stop
     manifest = compile_at(
-        tmp_path, "training.num_rollouts=40", "launch.coordination.heartbeat_timeout=4"
+        tmp_path, "training.num_rollouts=2000", "launch.coordination.heartbeat_timeout=4"
     )
     root = tmp_path / "run"
     code, out = signal_node_after(manifest, root, node=1, collections=1, sig=signal.SIGSTOP)
@@ -136,4 +141,4 @@ def test_hung_engine_node_is_named_by_its_silent_heartbeat(tmp_path: Path) -> No
     failed = next(ln for ln in out.splitlines() if "node 0 exited with code 3" in ln)
     assert "node 1 sent no heartbeat for" in failed and "heartbeat_timeout = 4s" in failed, out
     assert latest_complete(root / "checkpoints") is not None
-    assert len(records(root)) < 40
+    assert len(records(root)) < 2000
