@@ -112,7 +112,12 @@ def _dense_or_chunked(
     if hit is not None and hit[0] is cu_doc_lens:
         built = hit[1]
     else:
-        built = plan_doc_chunks(cu_doc_lens.tolist(), window_size, device, batch)
+        cu = cu_doc_lens.tolist()
+        # chunks cover the documents; positions outside them (none in our packed rows) would
+        # have no slot, so such a batch keeps the dense mask
+        built = (
+            plan_doc_chunks(cu, window_size, device, batch) if cu[-1] == batch * seq_len else None
+        )
         if built is None:
             built = document_mask(cu_doc_lens.to(device), batch, seq_len, window_size)
         _DOC_MASKS.clear() if len(_DOC_MASKS) > 8 else None
