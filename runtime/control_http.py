@@ -40,3 +40,11 @@ def post(url: str, **kwargs: Any) -> httpx.Response:
 
 def delete(url: str, **kwargs: Any) -> httpx.Response:
     return client().delete(url, **kwargs)
+
+
+def answers_ok(url: str, timeout: float) -> bool:
+    """True when ``url`` answers 200 within ``timeout`` seconds (a health probe)."""
+    try:
+        return get(url, timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False

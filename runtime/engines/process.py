@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from runtime import control_http
 from runtime.node.failure import cause_from_log, describe_exit, shown_path
 
@@ -85,10 +83,7 @@ class ServerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def healthy(self, timeout: float = 2.0) -> bool:
-        try:
-            return control_http.get(self.health_url, timeout=timeout).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return control_http.answers_ok(self.health_url, timeout)
 
     def wait_healthy(self, timeout: float, interval: float = 0.25) -> None:
         """Poll the health URL until 200; raise ``ServerStartError`` on death or timeout."""

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from olmo_core.nn.attention.backend import AttentionBackend, TorchAttentionBackend
 
-from .doc_chunks import DocChunks, chunked_attention, plan_doc_chunks
+from .doc_chunks import DocChunks, causal_window, chunked_attention, plan_doc_chunks
 
 BACKENDS = ("sdpa", "flex", "flash", "torch")
 
@@ -36,10 +36,7 @@ def document_mask(
     doc_id = torch.bucketize(flat, cu_doc_lens[1:], right=True).view(batch, seq_len)
     same_doc = doc_id[:, :, None] == doc_id[:, None, :]
     pos = torch.arange(seq_len, device=device)
-    rel = pos[:, None] - pos[None, :]  # query minus key
-    allowed = rel >= 0
-    if window_size != (-1, -1):
-        allowed = allowed & (rel <= window_size[0]) & (-rel <= window_size[1])
+    allowed = causal_window(pos[:, None] - pos[None, :], window_size)
     return (same_doc & allowed[None]).unsqueeze(1)
 
 
@@ -91,9 +88,10 @@ class DocMaskedSDPABackend(TorchAttentionBackend):
         return att.transpose(1, 2).contiguous()
 
 
-# (batch, seq_len, window) -> (cu_doc_lens tensor, dense mask or chunk plan) of the forward
-# in progress: every layer receives the same cu_doc_lens tensor, so one is built per forward
-_DOC_MASKS: dict[tuple[int, int, tuple[int, int]], tuple[torch.Tensor, Any]] = {}
+# window -> (cu_doc_lens tensor, batch, seq_len, dense mask or chunk plan) of the forward in
+# progress: every layer receives the same cu_doc_lens tensor, so one is built per forward
+# and window size; a new forward's tensor replaces them (only the latest forward's are kept)
+_DOC_MASKS: dict[tuple[int, int], tuple[torch.Tensor, int, int, Any]] = {}
 
 
 def _dense_or_chunked(
@@ -107,10 +105,9 @@ def _dense_or_chunked(
     block would recompile per chunk count) the chunk plan where it costs less."""
     if torch.compiler.is_compiling():
         return document_mask(cu_doc_lens.to(device), batch, seq_len, window_size), None
-    key = (batch, seq_len, window_size)
-    hit = _DOC_MASKS.get(key)
-    if hit is not None and hit[0] is cu_doc_lens:
-        built = hit[1]
+    hit = _DOC_MASKS.get(window_size)
+    if hit is not None and hit[0] is cu_doc_lens and hit[1:3] == (batch, seq_len):
+        built = hit[3]
     else:
         cu = cu_doc_lens.tolist()
         # chunks cover the documents; positions outside them (none in our packed rows) would
@@ -120,8 +117,9 @@ def _dense_or_chunked(
         )
         if built is None:
             built = document_mask(cu_doc_lens.to(device), batch, seq_len, window_size)
-        _DOC_MASKS.clear() if len(_DOC_MASKS) > 8 else None
-        _DOC_MASKS[key] = (cu_doc_lens, built)
+        if any(entry[0] is not cu_doc_lens for entry in _DOC_MASKS.values()):
+            _DOC_MASKS.clear()
+        _DOC_MASKS[window_size] = (cu_doc_lens, batch, seq_len, built)
     return (None, built) if isinstance(built, DocChunks) else (built, None)
 
 

@@ -38,6 +38,15 @@ class DocChunks:
     chunk_len: int
 
 
+def causal_window(rel: torch.Tensor, window_size: tuple[int, int]) -> torch.Tensor:
+    """Which (query, key) pairs attend, by ``rel`` = query position minus key position:
+    causal, and inside OLMo-core's sliding window ``(left, right)`` (``(-1, -1)``: none)."""
+    allowed = rel >= 0
+    if window_size != (-1, -1):
+        allowed = allowed & (rel <= window_size[0]) & (-rel <= window_size[1])
+    return allowed
+
+
 def chunk_documents(doc_lens: list[int], chunk_tokens: int) -> list[list[int]]:
     """Group consecutive document lengths into chunks of at most ``chunk_tokens`` tokens; a
     longer document is a chunk of its own (never split: attention must see all of it)."""
@@ -86,9 +95,8 @@ def plan_doc_chunks(
     gather[scatter], doc[scatter], local[scatter] = flat, doc_of, local_of
     doc, local = doc.view(len(groups), chunk_len), local.view(len(groups), chunk_len)
     rel = local[:, :, None] - local[:, None, :]  # query minus key, inside one document
-    allowed = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0) & (rel >= 0)
-    if window_size != (-1, -1):
-        allowed &= (rel <= window_size[0]) & (-rel <= window_size[1])
+    allowed = (doc[:, :, None] == doc[:, None, :]) & (doc[:, :, None] >= 0)
+    allowed &= causal_window(rel, window_size)
     # a padding slot attends to itself alone: no row of the mask is empty (SDPA would give
     # NaN), and nothing real attends to it; its output is never read back
     allowed |= torch.eye(chunk_len, dtype=torch.bool)[None] & (doc[:, :, None] < 0)

@@ -13,9 +13,8 @@ checkpoint's read then overlaps the compiles instead of preceding them.
 Where it does (``beside_engines``): a trainer with a warm-up to run (a CPU trainer has
 none; beside the engines, its build alone saved nothing measurable on a CPU, and its
 deferred weights would come through a child process; docs/benchmarks.md), one trainer
-rank in this process (several ranks keep their
-collectives on the main thread), and engines whose KV pool does not depend on what else
-holds their GPU when they size it. The embedded engine counts only its own memory; SGLang
+rank in this process (several ranks keep their collectives on the main thread), and
+engines whose KV pool does not depend on what else holds their GPU when they size it. The embedded engine counts only its own memory; SGLang
 sizes its pool from the device's free memory, so an SGLang engine on the trainer's GPUs
 starts first and the trainer after it, as before. ``RLC_TRAINER_BESIDE_ENGINES=0`` keeps
 that order for any run (to measure what the overlap saves); ``=1`` starts a trainer
