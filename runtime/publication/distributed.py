@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import timedelta
 from typing import Any
 
@@ -133,12 +133,14 @@ class DistributedPublisher:
         self.group: Any = None
         self._members: list[str] = []
         self._spent = False  # a broadcast failed: the next publication forms a new group
+        self._rendezvous_tried = False  # this port has hosted (or still hosts) a rendezvous
         self._pool = ThreadPoolExecutor(max_workers=max(len(self.urls), 1) + 1)
 
     # ---- group ---------------------------------------------------------------------------
     def connect(self) -> None:
         """Host the rendezvous and have every engine join; blocks until all have joined."""
         world = 1 + self.ranks_per_engine * len(self.urls)
+        self._rendezvous_tried = True
         futures = [
             self._pool.submit(
                 self._post,
@@ -155,15 +157,28 @@ class DistributedPublisher:
             )
             for i, url in enumerate(self.urls)
         ]
+        # rank 0's rendezvous waits for every engine to connect; an engine that answers its
+        # join request with an error never will, so its answer ends the wait (it would
+        # otherwise last the whole timeout and then hide the engine's reason)
+        hosted = self._pool.submit(
+            init_weight_group,
+            backend=self.backend,
+            master_address=self.master_address,
+            master_port=self.master_port,
+            rank=0,
+            world_size=world,
+            timeout_s=self.timeout_s,
+        )
+        pending: set[Future[Any]] = {hosted, *futures}
+        while not hosted.done():
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            refused = [str(f.exception()) for f in done if f is not hosted and f.exception()]
+            if refused:
+                raise PublicationError(
+                    "engines did not join the weight-update group: " + "; ".join(refused)
+                )
         try:
-            self.group = init_weight_group(
-                backend=self.backend,
-                master_address=self.master_address,
-                master_port=self.master_port,
-                rank=0,
-                world_size=world,
-                timeout_s=self.timeout_s,
-            )
+            self.group = hosted.result()
         except Exception as exc:
             raise PublicationError(
                 f"the weight-update group at {self.master_address}:{self.master_port} "
@@ -191,14 +206,15 @@ class DistributedPublisher:
 
     # ---- publication ---------------------------------------------------------------------
     def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> TensorPublishResult:
-        if self.urls != self._members or self._spent:
-            # an engine left (health check) or a broadcast failed: the survivors form a new
-            # group (the loop republishes this version to them)
-            if self.group is not None:
+        if self.group is None or self.urls != self._members or self._spent:
+            # an engine left (health check), a broadcast failed or the last group did not
+            # form: the survivors form a new group (the loop republishes this version to them)
+            if self.group is not None or self._rendezvous_tried:
                 self.close()
                 self._pool = ThreadPoolExecutor(max_workers=max(len(self.urls), 1) + 1)
-                # a port free now: the next port up may belong to anyone (other runs, other
-                # tests on the host), and a taken port fails the new group with EADDRINUSE
+                # a port free now: the old one may still be held by a rendezvous that did
+                # not complete, and the next port up may belong to anyone (other runs, other
+                # tests on the host); a taken port fails the new group with EADDRINUSE
                 self.master_port = free_port(self.bind_host)
             self.connect()
         t0 = time.monotonic()

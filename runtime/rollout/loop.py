@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
+
 from runtime.config import RunConfig, required
 from runtime.metrics import MetricsWriter, ProgressView, json_safe
 from runtime.publication.disk import PublicationError
@@ -271,6 +273,7 @@ class GRPOLoop:
         t0 = time.monotonic()
         try:
             self._publish_once()
+            return time.monotonic() - t0
         except PublicationError:
             # an engine that died since the last collection boundary: the health check drops
             # it when others remain behind the router (or fails the run, naming it), then the
@@ -286,12 +289,23 @@ class GRPOLoop:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.25)
-            self._publish_once()
+        # republished outside the handler: the failed attempt's traceback (and the broadcast
+        # group its frames hold) is released before the survivors form a new group
+        self._publish_once()
         return time.monotonic() - t0
 
     def _publish_once(self) -> None:
+        """One publication; an engine's connection failing midway (reset, refused, a reply
+        cut short: it died) is a `PublicationError` like any other failed publication."""
         assert self.publisher is not None
-        self.publisher.publish(self.trainer.state_dict_for_publication(), self.state.policy_version)
+        try:
+            self.publisher.publish(
+                self.trainer.state_dict_for_publication(), self.state.policy_version
+            )
+        except httpx.TransportError as exc:
+            raise PublicationError(
+                f"publication of weights v{self.state.policy_version}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _record(
         self,

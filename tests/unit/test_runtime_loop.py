@@ -268,3 +268,53 @@ def test_rollout_samples_are_dumped_at_the_configured_rate(tmp_path: Any) -> Non
     files = sorted((tmp_path / "rollouts").glob("*.jsonl"))
     assert [f.name for f in files] == ["collection-000000.jsonl", "collection-000001.jsonl"]
     assert len(files[0].read_text().splitlines()) == 4  # 2 prompts x 2 samples
+
+
+def test_engine_connection_lost_mid_publication_is_republished_to_survivors(
+    tmp_path: Any,
+) -> None:
+    """An engine killed during a publication resets its connection (the audit's request, a
+    reply cut short): that is a failed publication like a failed broadcast, so the health
+    check drops the engine and the survivors get the same version; the failed attempt's
+    exception is gone by the time they do (its frames hold the old broadcast group)."""
+    import gc
+    import weakref
+
+    import httpx
+
+    class Held:
+        """Stands for the broadcast group the failed attempt's frames reference."""
+
+    class DroppingPublisher(FakePublisher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.urls = ["http://a", "http://b"]
+            self.held: weakref.ref[Held] | None = None
+            self.held_at_retry: list[bool] = []
+            self.b_died = False
+
+        def publish(self, state: dict[str, Any], version: int) -> None:
+            if version == 2 and "http://b" in self.urls:
+                group = Held()
+                self.held = weakref.ref(group)
+                self.b_died = True
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            if version == 2:
+                gc.collect()
+                self.held_at_retry.append(self.held is not None and self.held() is not None)
+            super().publish(state, version)
+
+    pub = DroppingPublisher()
+    checks: list[list[str]] = []
+
+    def health_check() -> None:
+        if pub.b_died:  # what the node's health check does with a dead engine
+            pub.urls = ["http://a"]
+            checks.append(list(pub.urls))
+
+    cfg = _cfg(tmp_path)
+    loop, _, _ = _loop(cfg, FakeTrainer(), publisher=pub, health_check=health_check)
+    state = loop.run()
+    assert state.policy_version == 4 and pub.versions == [1, 2, 3, 4]
+    assert pub.held_at_retry == [False]
+    assert checks  # the retry went through the health check
