@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -200,17 +201,31 @@ class CacheSession:
 
         def loop() -> None:
             while not self._stop.wait(self.cache.publish_interval_seconds):
-                self.publish_now()
+                self._publish_or_warn()
 
         self._thread = threading.Thread(target=loop, name="compiler-cache", daemon=True)
         self._thread.start()
+
+    def _publish_or_warn(self) -> None:
+        """Publishing is a cache's best effort: a full or vanished shared disk costs the next
+        job its warm start, never this run (one line, then the run goes on or ends as it
+        would)."""
+        try:
+            self.publish_now()
+        except Exception as exc:
+            print(
+                f"rlc: warning: compiler cache not published to {self.cache.shared_root}: "
+                f"{type(exc).__name__}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self, publish: bool = True) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
         if publish:
-            self.publish_now()
+            self._publish_or_warn()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -82,6 +82,7 @@ for s in "$@"; do
     cp "$root/metrics.jsonl" "$RES/runs/$name/" 2>/dev/null
     cp -r "$root/logs" "$RES/runs/$name/" 2>/dev/null
     ls -R "$root/checkpoints" > "$RES/runs/$name/checkpoints.txt" 2>&1
+    rm -rf "$root"  # its checkpoints (over 8 GB for gpu-dense) would fill the disk
     tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   dense-tensor)
@@ -95,6 +96,7 @@ for s in "$@"; do
     mkdir -p "$RES/runs/gpu-dense-tensor"
     cp "$root/metrics.jsonl" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
     cp -r "$root/logs" "$RES/runs/gpu-dense-tensor/" 2>/dev/null
+    rm -rf "$root"  # its checkpoints (over 8 GB for gpu-dense) would fill the disk
     tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   decode2)
@@ -182,6 +184,7 @@ for s in "$@"; do
     mkdir -p "$RES/bench/dense-$label"
     cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/dense-$label/" 2>/dev/null
     cp -r "$root/logs" "$RES/bench/dense-$label/" 2>/dev/null
+    rm -rf "$root"  # its checkpoints (over 8 GB for gpu-dense) would fill the disk
     tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   bench-moe)
@@ -194,6 +197,7 @@ for s in "$@"; do
     mkdir -p "$RES/bench/moe"
     cp "$root"/{metrics.jsonl,startup.json,bench.json} "$RES/bench/moe/" 2>/dev/null
     cp -r "$root/logs" "$RES/bench/moe/" 2>/dev/null
+    rm -rf "$root"  # its checkpoints (over 8 GB for gpu-dense) would fill the disk
     tar -cf "$OUT/results.tar" "$RES" 2>/dev/null
     ;;
   trl5-256 | trl5-1024)

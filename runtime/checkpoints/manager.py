@@ -17,6 +17,8 @@ exists, so an interrupted save never replaces (or masquerades as) a complete che
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
@@ -45,6 +47,54 @@ FORMAT_VERSION = 1
 
 class CheckpointMismatch(RuntimeError):
     """The checkpoint was written by a different topology or a different spec."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, a read-only or vanished mount). The run
+    stops on this one line; the partial directory is removed, earlier checkpoints stay."""
+
+
+# below this much free space after a failed write, the disk is taken to have filled up
+# (torch's zip writer reports a short write as "unexpected pos", not as ENOSPC)
+FULL_DISK_BYTES = 256 * 2**20
+
+
+def _bytes_under(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _write_failure(final: Path, tmp: Path, exc: BaseException) -> CheckpointWriteError:
+    """The one line for a failed save, after the partial directory is removed."""
+    written = _bytes_under(tmp)
+    try:
+        free_at_failure = shutil.disk_usage(tmp.parent).free
+    except OSError:
+        free_at_failure = None
+    shutil.rmtree(tmp, ignore_errors=True)
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or (
+        free_at_failure is not None and free_at_failure < FULL_DISK_BYTES
+    )
+    where = f"checkpoint {final.name} could not be written under {final.parent}"
+    if full:
+        try:
+            free = f"{_gib(shutil.disk_usage(final.parent).free)} free"
+        except OSError:
+            free = "free space unknown"
+        return CheckpointWriteError(
+            f"{where}: the disk is full ({_gib(written)} written when it failed, {free} "
+            "after removing the partial checkpoint); free space there or set output.root "
+            "to a larger disk, then resume"
+        )
+    return CheckpointWriteError(f"{where}: {type(exc).__name__}: {exc}")
 
 
 def _rank() -> int:
@@ -234,25 +284,30 @@ class CheckpointManager:
                 shutil.rmtree(tmp)
             tmp.mkdir()
         _barrier()
-        torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
-        sharded = getattr(trainer, "world_size", 1) > 1
-        if sharded:
-            trainer.save_sharded(tmp / SHARDED)
-        if rank == 0:
-            if not sharded:
-                state = trainer.state_dict_for_publication()
-                save_native(trainer.loaded, tmp / "model", state_dict=state)
-            torch.save(trainer.checkpoint_state(), tmp / TRAINER_STATE)
-            meta = {
-                "format_version": FORMAT_VERSION,
-                "step": step,
-                "extra": extra or {},
-                "topology": trainer.topology(),
-                "digest": digest,
-                "resume_key": resume_key,
-                "created_unix": time.time(),
-            }
-            (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        try:
+            torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+            sharded = getattr(trainer, "world_size", 1) > 1
+            if sharded:
+                trainer.save_sharded(tmp / SHARDED)
+            if rank == 0:
+                if not sharded:
+                    state = trainer.state_dict_for_publication()
+                    save_native(trainer.loaded, tmp / "model", state_dict=state)
+                torch.save(trainer.checkpoint_state(), tmp / TRAINER_STATE)
+                meta = {
+                    "format_version": FORMAT_VERSION,
+                    "step": step,
+                    "extra": extra or {},
+                    "topology": trainer.topology(),
+                    "digest": digest,
+                    "resume_key": resume_key,
+                    "created_unix": time.time(),
+                }
+                (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        except Exception as exc:  # torch's, safetensors' and the OS's own write errors
+            if rank == 0:
+                raise _write_failure(final, tmp, exc) from exc
+            raise
         _barrier()
         if rank == 0:
             (tmp / COMPLETE).write_text(json.dumps({"step": step}) + "\n")

@@ -471,13 +471,11 @@ class NodeRunner:
 
     def close(self) -> None:
         self.closing = True
-        for fn in reversed(self.on_close):
+        for fn in [*reversed(self.on_close), self.sup.shutdown, self.compiler_cache.close]:
             try:
                 fn()
             except Exception as exc:  # the rest must still be taken down
                 print(f"rlc: warning: shutdown: {exc}", file=sys.stderr)
-        self.sup.shutdown()
-        self.compiler_cache.close()
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

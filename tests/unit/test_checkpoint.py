@@ -15,6 +15,7 @@ from runtime.checkpoints import (  # noqa: E402
     COMPLETE,
     CheckpointManager,
     CheckpointMismatch,
+    CheckpointWriteError,
     latest_complete,
     list_complete,
     load,
@@ -122,3 +123,38 @@ def test_resume_continues_exactly(tmp_path) -> None:
 
 def test_restore_without_checkpoint_returns_none(trainer, tmp_path) -> None:
     assert CheckpointManager(tmp_path / "empty").restore(trainer) is None
+
+
+@pytest.mark.parametrize("disk_full", [True, False])
+def test_a_failed_write_is_one_line_and_loses_nothing(trainer, tmp_path, monkeypatch, disk_full):
+    """A save that cannot write (here a real short write: the file size limit) removes its
+    partial directory, keeps the checkpoints before it, and says why in one line: a full
+    disk as such (torch's zip writer reports it only as "unexpected pos")."""
+    import resource
+    import shutil
+    import signal
+
+    mgr = CheckpointManager(tmp_path, keep_last=3)
+    good = mgr.save(2, trainer)
+    if disk_full:
+        real = shutil.disk_usage
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=10 * 2**20))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        with pytest.raises(CheckpointWriteError) as info:
+            mgr.save(4, trainer)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    message = str(info.value)
+    assert "\n" not in message and "step-000004" in message
+    if disk_full:
+        assert "the disk is full" in message and "output.root" in message
+    else:
+        assert "disk is full" not in message
+        assert "File too large" in message or "unexpected pos" in message
+    assert not (tmp_path / "step-000004.tmp").exists() and not (tmp_path / "step-000004").exists()
+    assert latest_complete(tmp_path) == good
+    assert load(good).step == 2

@@ -359,6 +359,34 @@ def test_compiler_cache_restore_off_and_publish_interval(tmp_path: Path) -> None
     timed.close(publish=False)
 
 
+def test_compiler_cache_that_cannot_be_published_warns_and_cleans_up(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A full local disk at the end of a run (here a real short write: the file size limit)
+    costs the next job its warm caches, not this run: one warning line, the private caches
+    removed, no exception out of ``close``."""
+    import resource
+    import signal
+
+    from runtime.compiler_cache import CacheSession, CompilerCache
+
+    session = CacheSession(CompilerCache(shared_root=tmp_path / "tmp-7d"), tmp_path / "a")
+    kernel = Path(session.env_for("trainer")["TRITON_CACHE_DIR"]) / "k.cubin"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(b"x" * 256 * 1024)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        session.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+    err = capsys.readouterr().err
+    assert "rlc: warning: compiler cache not published" in err and "File too large" in err
+    assert not session.base.exists() and not session.published
+
+
 # ---- trainer.attention_backend ---------------------------------------------------------------
 def test_attention_backend_is_the_trainers(tmp_path: Path) -> None:
     """The compiled backend serves the trainer's attention; flex and sdpa agree on logprobs."""
