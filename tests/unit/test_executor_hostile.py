@@ -405,11 +405,13 @@ def programs(ctx: dict[str, object]) -> list[Hostile]:
         Hostile(
             "daemonise-to-outlive",
             "outliving the run",
-            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            "        os.closerange(0, 3)\n"
+            # the program ends only once its grandchild has left the run's session (on a
+            # loaded host the first child may not have reached setsid() when the run ends)
+            "r, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        os.write(w, b'x')\n        os.closerange(0, 3)\n"
             f"        os.execv(sys.executable, [sys.executable, '-S', '-c', "
             f"'import time; time.sleep(60)', {TAG!r}])\n    os._exit(0)\n"
-            "time.sleep(0.3)\n",
+            "os.close(w)\nos.read(r, 1)\ntime.sleep(0.3)\n",
         ),
         Hostile(
             "child-holds-the-pipes",
