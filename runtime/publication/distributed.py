@@ -190,18 +190,22 @@ class DistributedPublisher:
 
     def close(self) -> None:
         if self.group is not None:
-            # the trainer's side first: its sockets close, so an engine still waiting in a
-            # broadcast of a failed publication stops waiting; the group name is free again
+            # the trainer's side first. An engine still inside a broadcast that was cut
+            # short waits out its group's timeout on its own thread (neither destroying nor
+            # aborting a gloo group ends that wait); the next group does not need it.
             with contextlib.suppress(Exception):
                 torch.distributed.destroy_process_group(self.group)
-            for url in self._members:
+            self.group = None
+        if self._rendezvous_tried:
+            # every engine asked to join frees the group's name again: the members, and an
+            # engine that kept an older group when a join failed (it refuses a second one)
+            for url in dict.fromkeys([*self._members, *self.urls]):
                 with contextlib.suppress(httpx.HTTPError):
                     control_http.post(
                         f"{url}/destroy_weights_update_group",
                         json={"group_name": GROUP_NAME},
                         timeout=5,
                     )
-            self.group = None
         self._pool.shutdown(wait=False)
 
     # ---- publication ---------------------------------------------------------------------
