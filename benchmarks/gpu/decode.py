@@ -18,7 +18,9 @@ bookkeeping of step N overlaps it) and ``sdpa=B`` (``default``, ``no-cudnn``, ``
 ``efficient``, ``math``: which SDPA backends torch may pick; ``flash``/``efficient`` keep
 ``math`` as the fallback for calls the fused kernel refuses), ``attn=flex`` (FlexAttention's
 block-sparse decode: each row reads its own KV blocks, one graph per batch size; the
-engine's ``--attention-backend flex_attention``), ``unfused`` (q/k/v and the
+engine's ``--attention-backend flex_attention``), ``attn=triton`` (the split-KV Triton kernel:
+each row reads exactly its own entries, one graph per batch size; ``--attention-backend
+triton``), ``unfused`` (q/k/v and the
 feed-forward's gate/up as separate matrix products, as before the engine merged them).
 Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
@@ -31,7 +33,8 @@ compares against the best of them.
 
 Bandwidth bound: per decode step the weights (all but the embedding table) plus the KV
 cache each request attends to (window-limited) plus the new KV are read/written once;
-the sum over all steps at ``--bandwidth`` (4.3 TB/s measured copy rate) gives the
+the sum over all steps at ``--bandwidth`` (by default the GPU's copy rate, measured at the
+start: 4.3 TB/s on one NVIDIA H200) gives the
 fastest possible decode. ``%bound`` divides it by the whole run (prefill included, as the
 tok/s and the comparison with transformers are); ``%b dec`` by the run less its prefill
 (all prompts are admitted together, so prefill comes once, before every decode step), the
@@ -84,7 +87,7 @@ class Variant:
     # `fused` turns it off
     fused: bool = False
     overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
-    attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode
+    attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode; `attn=triton`
     fuse: bool = True  # q/k/v and gate/up as one product each; `unfused`: separate products
 
 
@@ -111,18 +114,38 @@ def parse_variant(text: str) -> Variant:
                 v.prefill = int(value)
             elif key == "sdpa" and eq and value in SDPA_BACKENDS:
                 v.sdpa = value
-            elif key == "attn" and value in ("sdpa", "flex"):
+            elif key == "attn" and value in ("sdpa", "flex", "triton"):
                 v.attention = value
             else:
                 raise ValueError
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, unfused, attn=sdpa|flex, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, unfused, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
     return v
+
+
+def copy_rate(gib: int = 2, repeats: int = 5) -> float:
+    """This GPU's device-to-device copy rate in bytes/s (each copied byte read and written
+    once), best of ``repeats``: the bound's bandwidth, so a fraction of it means the same
+    on an H100 as on an H200."""
+    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) / 1000)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * (gib << 30) / best
 
 
 def set_sdpa_backend(name: str) -> None:
@@ -317,7 +340,7 @@ def bench_engine(
 
 
 KERNEL_CLASSES = (  # first match wins: kernel name substrings -> what the kernel does
-    ("attention", ("fmha", "attention", "flash", "flex", "decoding")),
+    ("attention", ("fmha", "attention", "flash", "flex", "decoding", "split_kv")),
     ("matmul", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "sm80_", "ampere_")),
     ("sort / scan", ("sort", "radix", "scan", "cub::")),
     ("triton fused", ("triton_",)),
@@ -503,7 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="skip what is left once this many seconds have passed (0: no limit)",
     )
-    ap.add_argument("--bandwidth", type=float, default=4.3e12)
+    ap.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        help="bytes/s of the bound (default: this GPU's copy rate, measured at the start; "
+        "4.3e12 on one NVIDIA H200)",
+    )
     ap.add_argument(
         "--kernel-profile",
         action="store_true",
@@ -533,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
     DEV = args.device
     DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float32
     start = time.perf_counter()
+    measured_rate = args.bandwidth is None
+    if measured_rate:
+        args.bandwidth = copy_rate() if DEV == "cuda" else 4.3e12
+        print(f"bandwidth bound at {args.bandwidth / 1e12:.2f} TB/s (measured copy rate)")
 
     def out_of_time(what: str) -> bool:
         if args.deadline_s and time.perf_counter() - start > args.deadline_s:
@@ -556,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         "new_tokens": args.new_tokens,
         "temperature": args.temperature,
         "sdpa_backend": args.sdpa_backend,
+        "bandwidth": args.bandwidth,
+        "bandwidth_measured": measured_rate,
         "build_s": build_s,
         "rows": [],
     }

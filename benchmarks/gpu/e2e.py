@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--decode-attention",
-        choices=["sdpa", "flex"],
+        choices=["sdpa", "flex", "triton"],
         default=None,
         help="the engine's decode attention (default: the engine's)",
     )

@@ -11,7 +11,8 @@
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
-# bench-warm-engine-first (see below).
+# bench-warm-engine-first triton-test decode-attn decode13 decode14 e2e14-sdpa e2e14-triton
+# (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -231,6 +232,29 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
       --variants graph,compile,fused graph,compile,fused,kv_step=64 graph,compile,fused,attn=flex \
       --deadline-s "$(( ${DECODE_TIMEOUT:-330} - 40 ))" --out "$RES"
+    ;;
+  triton-test)  # the split-KV Triton decode kernel: interpreter cases and the captured step on the GPU
+    stage triton-test 200 python3 -m pytest -q -p no:cacheprovider tests/unit/test_engine_triton_decode.py -k gpu
+    ;;
+  decode-attn)  # decode attention alone: SDPA over the bucket against the kernel's exact rows
+    stage decode-attn 150 python3 benchmarks/gpu/decode_attention.py --batch-sizes 64 256 --out "$RES"
+    ;;
+  decode13)  # the engine with the split-KV Triton kernel against SDPA's buckets (256 and 64)
+    stage decode13 "${DECODE_TIMEOUT:-400}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 3 --kernel-profile --hf static \
+      --variants graph,compile,fused graph,compile,fused,attn=triton graph,compile,fused,kv_step=64 \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-400} - 40 ))" --out "$RES"
+    ;;
+  decode14)  # the tuned split-KV kernel against SDPA's 256-entry buckets (kernel profile)
+    stage decode14 "${DECODE_TIMEOUT:-240}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
+      --variants graph,compile,fused,attn=sdpa graph,compile,fused,attn=triton \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-240} - 30 ))" --out "$RES"
+    ;;
+  e2e14-sdpa | e2e14-triton)  # 16x8x256 collections with each decode attention
+    stage "$s" 130 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
+      --collections 3 --publish tensor --label "dense-16x8x256-${s#e2e14-}" \
+      --decode-attention "${s#e2e14-}" --deadline-s 115 --out "$RES"
     ;;
   e2e11-kv64)  # 16x8x256 with 64-entry KV buckets: the capture count and the collection
     stage e2e11-kv64 150 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 # SGLang's --attention-backend names -> the embedded engine's decode attention
-ATTENTION_BACKENDS = {"torch_native": "sdpa", "flex_attention": "flex"}
+ATTENTION_BACKENDS = {"torch_native": "sdpa", "flex_attention": "flex", "triton": "triton"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,11 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--attention-backend",
-        default="torch_native",
+        default=None,
         choices=sorted(ATTENTION_BACKENDS),
-        help="decode attention (SGLang's names): torch_native = SDPA over the batch's "
-        "length bucket; flex_attention = FlexAttention's block-sparse decode, each row "
-        "reading only its own KV blocks (compiled decode on a GPU)",
+        help="decode attention (SGLang's names): triton = the split-KV Triton kernel, each "
+        "row reading exactly its own entries (the default with --device cuda); "
+        "torch_native = SDPA over the batch's length bucket (the default on a CPU); "
+        "flex_attention = FlexAttention's block-sparse decode (compiled decode on a GPU)",
     )
     p.add_argument(
         "--hf-template",
@@ -298,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         mem_fraction_static=args.mem_fraction_static,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         radix_cache=args.radix_cache,
-        decode_attention=ATTENTION_BACKENDS[args.attention_backend],
+        decode_attention=(
+            ATTENTION_BACKENDS[args.attention_backend] if args.attention_backend else None
+        ),
         on_weights_failed=_exit_on_failed_weights,
     )
     mark("engine (KV pool)")

@@ -271,7 +271,7 @@ class Engine:
         cuda_graph_max_bs: int | None = None,
         radix_cache: bool = True,
         overlap_schedule: bool = True,
-        decode_attention: str = "sdpa",
+        decode_attention: str | None = None,  # None: default_decode_attention(device)
         admission_quiet_s: float = 0.005,
         admission_window_s: float = 0.05,
         fuse_projections: bool = True,

@@ -19,6 +19,7 @@ slots like the KV rows.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,9 @@ PREFILL_SDPA_BACKENDS = (
 )
 
 COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
-DECODE_ATTENTION = ("sdpa", "flex")
+DECODE_ATTENTION = ("sdpa", "flex", "triton")
+# decode attentions that read each row's own entries: one length bucket (the cache row)
+ROW_EXACT_ATTENTION = ("flex", "triton")
 # the fused step's samplers, each serving every row the ones before it serve
 SAMPLER_MODES = ("greedy", "sample", "truncate")
 
@@ -270,16 +273,28 @@ class InferenceModel:
         max_slots: int,
         capacity: int,
         device: torch.device | str = "cpu",
-        decode_attention: str = "sdpa",
+        decode_attention: str | None = None,
         fuse_projections: bool = True,
     ):
+        if decode_attention is None:
+            decode_attention = default_decode_attention(torch.device(device))
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"decode attention must be one of {DECODE_ATTENTION}")
         self.model: Any = model.eval()
-        # "flex": FlexAttention's block-sparse decode (each row reads its own KV blocks, one
-        # graph per batch size); "sdpa": dense attention over the batch's length bucket
+        # "triton": the split-KV kernel (``triton_decode``: each row reads exactly its own
+        # entries, one graph per batch size); "flex": FlexAttention's block-sparse decode
+        # (each row reads its own KV blocks); "sdpa": dense attention over the batch's
+        # length bucket
         self.decode_attention = decode_attention
         self.device = torch.device(device)
+        self._split_kv: Callable[..., torch.Tensor] | None = None
+        if decode_attention == "triton":
+            from .triton_decode import decode_attention as split_kv
+            from .triton_decode import interpreting
+
+            if self.device.type != "cuda" and not interpreting():
+                raise ValueError("triton decode attention needs --device cuda")
+            self._split_kv = split_kv
         self.max_slots = max_slots
         self.capacity = capacity
         # cache rows rounded up to 64 entries: every graph length bucket (and the attention
@@ -746,9 +761,10 @@ class InferenceModel:
         bsz = tokens.shape[0]
         pos2 = positions.view(bsz, 1)
         flex = self.decode_attention == "flex"
-        if flex:  # the block lists bound what each row reads: attend the whole cache row
+        exact = self.decode_attention in ROW_EXACT_ATTENTION
+        if exact:  # each row's bounds limit what it reads: attend the whole cache row
             length = self.cache_len
-        dist = None if flex else pos2 - torch.arange(length, device=self.device).view(1, -1)
+        dist = None if exact else pos2 - torch.arange(length, device=self.device).view(1, -1)
         masks: dict[int | None, Any] = {}
         ropes: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}
         routed: list[torch.Tensor] = []
@@ -763,6 +779,9 @@ class InferenceModel:
             w = layer.window
             if w not in masks and flex:
                 masks[w] = decode_blocks(positions, length, w)
+            elif w not in masks and exact:  # each row's first and past-the-last entry
+                hi = positions + 1
+                masks[w] = (torch.zeros_like(hi) if w is None else (hi - w).clamp(min=0), hi)
             elif w not in masks:
                 assert dist is not None  # (B, L): position minus key index
                 m = dist >= 0
@@ -774,9 +793,11 @@ class InferenceModel:
                 ropes[key] = self._rope_rows(layer, pos2)
             args = (h, self.k_cache[layer.index], self.v_cache[layer.index], positions)
             if layer_dynamic:  # one shape-dynamic compile serves every batch and length
-                for t in (h, positions, masks[w], *(ropes[key] or ())):
+                bounds = masks[w] if isinstance(masks[w], tuple) else (masks[w],)
+                for t in (h, positions, *bounds, *(ropes[key] or ())):
                     _dynamo.maybe_mark_dynamic(t, 0)
-                _dynamo.maybe_mark_dynamic(masks[w], 3)
+                if not isinstance(masks[w], tuple):
+                    _dynamo.maybe_mark_dynamic(masks[w], 3)
             h, ex = self._regional("layer", self._decode_layer, layer, *args, ropes[key], masks[w])
             if ex is not None:
                 routed.append(ex)
@@ -799,10 +820,11 @@ class InferenceModel:
         differs between layers comes in as a tensor, so the compiled block is traced once
         and reused by every layer wired the same way (regional compilation: a fraction of
         the whole step's trace and compile time, the same kernels). ``mask``: the boolean
-        ``(B, 1, 1, L)`` mask (SDPA) or ``decode_blocks``' block lists (flex)."""
+        ``(B, 1, 1, L)`` mask (SDPA), ``decode_blocks``' block lists (flex) or each row's
+        ``(lo, hi)`` entry bounds (triton)."""
         bsz = x.shape[0]
         flex = self.decode_attention == "flex"
-        length = kc.shape[2] if flex else mask.shape[-1]
+        length = kc.shape[2] if self.decode_attention in ROW_EXACT_ATTENTION else mask.shape[-1]
         routed: list[torch.Tensor] = []
 
         def attend(lay: _Layer, inp: torch.Tensor) -> torch.Tensor:
@@ -824,6 +846,11 @@ class InferenceModel:
                     lay.gqa,
                 )
                 return self._attn_out(lay, inp, att)
+            if self.decode_attention == "triton":
+                lo, hi = mask
+                assert self._split_kv is not None
+                att = self._split_kv(q[:, 0], kc[:bsz], vc[:bsz], lo, hi, lay.scale)
+                return self._attn_out(lay, inp, att.unsqueeze(2))
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 kc[:bsz, :, :length],
@@ -874,8 +901,10 @@ class InferenceModel:
         # shape-dynamic compile (size 1 always specializes, which cost a compile of its own)
         default = [2**i for i in range(1, 16)] if self.max_slots > 1 else None
         self.graph_batch_sizes = graph_batch_sizes(self.max_slots, batch_sizes or default, max_bs)
-        # flex: each row reads only its own blocks, so one length bucket (the cache row)
-        self.graph_kv_step = 0 if self.decode_attention == "flex" else max(0, int(kv_step))
+        # flex, triton: each row reads only its own entries, so one length bucket (the row)
+        self.graph_kv_step = (
+            0 if self.decode_attention in ROW_EXACT_ATTENTION else max(0, int(kv_step))
+        )
         self._graphs = {}
         self._graph_pool = torch.cuda.graph_pool_handle()
 
@@ -1246,6 +1275,15 @@ class StepState:
         for t, v in zip(self.tensors(), src, strict=True):
             t[:n].copy_(v)  # type: ignore[union-attr]
         self.pad(n)
+
+
+def default_decode_attention(device: torch.device) -> str:
+    """The split-KV Triton kernel on a GPU (each row reads only its own entries: on one
+    NVIDIA H100, 16% more decode throughput than SDPA's length buckets at batch 256 and 3%
+    at 64), SDPA elsewhere (a CPU runs no Triton kernel)."""
+    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+        return "triton"
+    return "sdpa"
 
 
 def graph_batch_sizes(

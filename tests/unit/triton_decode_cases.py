@@ -1,0 +1,107 @@
+"""Cases for ``test_engine_triton_decode``, run in a child process with
+``TRITON_INTERPRET=1`` (Triton reads it when the kernels are decorated, so it must be set
+before ``runtime.engines.embedded.triton_decode`` is first imported). Prints one JSON
+object of measured errors and counts; the test asserts on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from torch._dynamo.testing import CompileCounter
+
+from runtime.engines.embedded.forward import InferenceModel
+from runtime.engines.embedded.tiny import build_tiny
+from runtime.engines.embedded.triton_decode import decode_attention, split_count
+
+# ragged rows across 64-entry block edges
+PROMPT_LENS = (200, 5, 131, 127)
+
+
+def reference(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
+    """Row by row, head by head, in float64: softmax over entries lo..hi-1."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            keys = k[b, h // group, lo[b] : hi[b]].double()
+            vals = v[b, h // group, lo[b] : hi[b]].double()
+            w = torch.softmax(keys @ q[b, h].double() * scale, dim=0)
+            out[b, h] = w @ vals
+    return out
+
+
+def kernel_errors() -> dict[str, float]:
+    """The kernel against the reference: ragged bounds, windows (lo > 0), grouped heads,
+    a head size that is not a power of two, cache rows wider than the batch."""
+    g = torch.Generator().manual_seed(0)
+    errors = {}
+    shapes = {"mha": (3, 4, 4, 300, 64), "gqa": (4, 8, 2, 200, 48), "mqa": (2, 4, 1, 130, 64)}
+    for name, (bsz, heads, kv_heads, length, dim) in shapes.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            q = torch.randn(bsz, heads, dim, generator=g).to(dtype)
+            k = torch.randn(bsz + 2, kv_heads, length, dim, generator=g).to(dtype)
+            v = torch.randn(bsz + 2, kv_heads, length, dim, generator=g).to(dtype)
+            hi = torch.randint(1, length + 1, (bsz,), generator=g)
+            lo = (hi - torch.randint(1, 160, (bsz,), generator=g)).clamp(min=0)
+            hi[0], lo[0] = length, 0  # one full row
+            got = decode_attention(q, k[:bsz], v[:bsz], lo, hi, 0.125)
+            want = reference(q, k, v, lo, hi, 0.125)
+            assert got.dtype == dtype and got.shape == q.shape
+            errors[f"{name}-{str(dtype).removeprefix('torch.')}"] = (
+                (got.double() - want).abs().max().item()
+            )
+    return errors
+
+
+def _decode(loaded, attention: str, compile_backend=None, steps: int = 4):  # type: ignore[no-untyped-def]
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 128, (n,), generator=g).tolist() for n in PROMPT_LENS]
+    im = InferenceModel(loaded.model, max_slots=4, capacity=300, decode_attention=attention)
+    if compile_backend is not None:
+        im.enable_compile(backend=compile_backend)
+    im.prefill_batch(prompts, list(range(len(prompts))))
+    tok = torch.tensor([p[-1] for p in prompts])
+    pos = torch.tensor([len(p) for p in prompts])
+    out = []
+    for _ in range(steps):
+        logits, _ = im.decode(tok, pos)
+        out.append(logits)
+        tok, pos = logits.argmax(-1), pos + 1
+    return torch.stack(out), im
+
+
+def model_errors() -> dict[str, float]:
+    """The engine's decode step with the kernel against SDPA's: windowed layers, grouped
+    heads, and through the compiled regions (one trace for windowed and full layers)."""
+    out: dict[str, float] = {}
+    for name, overrides in {"window": {"window": 130}, "gqa": {"n_kv_heads": 1}}.items():
+        loaded = build_tiny("dense", seed=2, n_layers=2, **overrides)
+        ref, _ = _decode(loaded, "sdpa")
+        got, _ = _decode(loaded, "triton")
+        out[name] = (ref - got).abs().max().item()
+    torch._dynamo.reset()
+    loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
+    ref, _ = _decode(loaded, "sdpa")
+    counter = CompileCounter()
+    got, im = _decode(loaded, "triton", compile_backend=counter)
+    out["compiled"] = (ref - got).abs().max().item()
+    out["compiled_frames"] = counter.frame_count
+    out["compiled_on"] = float(im.compiled)
+    return out
+
+
+def main() -> None:
+    result = {
+        "kernel": kernel_errors(),
+        "model": model_errors(),
+        "splits": {
+            str(rows): split_count(rows, 16, torch.device("cpu")) for rows in (1, 2, 64, 256)
+        },
+    }
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
