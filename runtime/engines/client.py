@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,9 +117,14 @@ class EngineClient:
         transport: httpx.BaseTransport | None = None,
         health_transport: httpx.BaseTransport | None = None,
         rng: random.Random | None = None,
+        on_retry: Callable[[], None] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.settings = s = settings or ClientSettings()
+        # runs before each HTTP-level retry: behind a router, the run drops a dead engine
+        # there, so the retry reaches a live one instead of waiting out the backoff ladder
+        # against a worker that is gone (the hook may raise: no engine is left)
+        self._on_retry = on_retry
         self._rng = rng or random.Random()
         self._health = httpx.Client(
             base_url=self.base_url,
@@ -169,6 +174,8 @@ class EngineClient:
                     )
                 last = f"HTTP {resp.status_code}: {resp.text[:200]}"
             if attempt < self.settings.http_retries:
+                if self._on_retry is not None:
+                    self._on_retry()
                 time.sleep(self.backoff(attempt))
         raise EngineFailure(
             f"{method} {self.base_url}{path} failed after "

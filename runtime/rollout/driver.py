@@ -326,7 +326,9 @@ def _make_generator(
         EngineRequestError,
     )
 
-    client = EngineClient(url, ClientSettings.from_contract(cfg.runtime))
+    # ``on_failure`` also runs between HTTP-level retries: a dead engine leaves the router
+    # after one failed attempt, not after the client's whole backoff ladder
+    client = EngineClient(url, ClientSettings.from_contract(cfg.runtime), on_retry=on_failure)
     clients: dict[str, EngineClient] = {url: client}
     turn = itertools.count()
     retries = client.settings.group_retries
@@ -337,7 +339,7 @@ def _make_generator(
             return url, client
         target = replay_urls[next(turn) % len(replay_urls)]
         if target not in clients:
-            clients[target] = EngineClient(target, client.settings)
+            clients[target] = EngineClient(target, client.settings, on_retry=on_failure)
         return target, clients[target]
 
     def request(payload: dict[str, Any], n: int, what: str) -> list[dict[str, Any]]:

@@ -210,3 +210,32 @@ def test_against_real_engine():
             c.update_weights_from_disk("/nonexistent/dir")
         c.flush_cache(retries=3, interval=0.01)
         c.abort("nothing")
+
+
+def test_the_retry_hook_runs_before_each_http_retry():
+    """Behind a router the run drops a dead engine in this hook, so the next attempt goes
+    to a live one; a hook that raises (no engine left) ends the request with its error."""
+    calls: list[int] = []
+    script = Script([(502, {}), (503, {}), (200, _ok(1)[0])])
+    c = EngineClient(
+        "http://engine",
+        FAST,
+        transport=httpx.MockTransport(script),
+        rng=random.Random(0),
+        on_retry=lambda: calls.append(len(script.requests)),
+    )
+    with c:
+        c.generate([1], {})
+    assert calls == [1, 2]  # after the first and the second failed attempt, not after success
+
+    class NoEngineLeft(RuntimeError):
+        pass
+
+    def give_up() -> None:
+        raise NoEngineLeft("engine:0 exited with code -9; no engine left")
+
+    script = Script([(502, {}), (200, _ok(1)[0])])
+    c = EngineClient("http://engine", FAST, transport=httpx.MockTransport(script), on_retry=give_up)
+    with c, pytest.raises(NoEngineLeft, match="no engine left"):
+        c.generate([1], {})
+    assert len(script.requests) == 1

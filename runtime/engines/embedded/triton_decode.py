@@ -2,8 +2,8 @@
 name for its own Triton decode kernels; flash-decoding).
 
 SDPA attends a dense ``cache[:B, :, :L]`` with a boolean mask, so every row reads the
-batch's length bucket ``L``. On one NVIDIA H200 a third of a 16x8 collection's K/V traffic
-was that padding, and K/V is most of a large batch's traffic. Here each row reads exactly
+batch's length bucket ``L``. In the decode benchmark at batch 256 on one NVIDIA H200 a third
+of the K/V read was that padding, and K/V is most of a large batch's traffic. Here each row reads exactly
 its own entries ``lo[b] .. hi[b] - 1`` of its cache row: the row is cut into ``splits``
 equal chunks, one program per (row, head, chunk) streams its chunk with an online softmax,
 and a second kernel merges the chunks by their log-sum-exp. Nothing depends on the
