@@ -350,3 +350,32 @@ def test_a_captured_wider_sampler_serves_narrower_batches() -> None:
     assert im._graph_mode(8, 256, "sample") == "sample"
     assert im._graph_mode(8, 256, "truncate") == "truncate"
     assert im._graph_mode(4, 256, "greedy") == "greedy"
+
+
+def test_layers_share_one_rope_table_and_one_gather_per_step() -> None:
+    """OLMo-core gives each block its own RoPE module; equal tables are one table, so a
+    decode step gathers its sin/cos rows once, not once per layer (each gather is a kernel
+    in the captured step)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountIndex(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten.index.Tensor:
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = {}
+    for layers in (2, 6):
+        loaded = build_tiny("dense", seed=1, n_layers=layers)
+        im = InferenceModel(loaded.model, max_slots=2, capacity=64)
+        assert len({id(layer.rope) for layer in im.layers}) == layers
+        assert len(im._rope_tables) == 1
+        im.prefill_batch([[1, 2, 3], [4, 5]], [0, 1])
+        with CountIndex() as mode:
+            im.decode(torch.tensor([6, 7]), torch.tensor([3, 2]))
+        counts[layers] = mode.count
+    assert counts[2] == counts[6] == 2  # the step's sin and cos rows

@@ -316,6 +316,10 @@ class InferenceModel:
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
         self._rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._rope_alias: dict[int, int] = {}  # id(layer.rope) -> its shared table's key
+        for layer in self.layers:
+            if layer.rope is not None:
+                self._rope_key(layer)
         # compiled regions of the decode step (``enable_compile``): "layer", "logits", "sample"
         self._regions: dict[str, Any] = {}
         self.graph_batch_sizes: list[int] = []
@@ -382,11 +386,29 @@ class InferenceModel:
     # ---- pieces -------------------------------------------------------------------------
 
     def _rope(self, layer: _Layer) -> tuple[torch.Tensor, torch.Tensor]:
-        key = id(layer.rope)
-        if key not in self._rope_tables:
+        return self._rope_tables[self._rope_key(layer)]
+
+    def _rope_key(self, layer: _Layer) -> int:
+        """The layer's RoPE table, shared by every layer whose table is equal: OLMo-core
+        gives each block its own RoPE module, and a decode step gathered the same sin/cos
+        rows once per layer (two index kernels a layer in the captured step) where once
+        serves them all. Built in ``__init__``: comparing tables syncs the device."""
+        rid = id(layer.rope)
+        key = self._rope_alias.get(rid)
+        if key is None:
             sin, cos = layer.rope._get_rotary_embedding(self.capacity, self.device)
-            self._rope_tables[key] = (sin.float(), cos.float())
-        return self._rope_tables[key]
+            sin, cos = sin.float(), cos.float()
+            key = next(
+                (
+                    k
+                    for k, (s, c) in self._rope_tables.items()
+                    if s.shape == sin.shape and torch.equal(s, sin) and torch.equal(c, cos)
+                ),
+                rid,
+            )
+            self._rope_tables.setdefault(key, (sin, cos))
+            self._rope_alias[rid] = key
+        return key
 
     @staticmethod
     def _rotate(t: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
@@ -788,8 +810,8 @@ class InferenceModel:
                 if w is not None:
                     m = m & (dist < w)
                 masks[w] = m.view(bsz, 1, 1, length)
-            key = id(layer.rope)
-            if key not in ropes:
+            key = self._rope_key(layer) if layer.rope is not None else 0
+            if key not in ropes:  # one gather of the step's rows per distinct table
                 ropes[key] = self._rope_rows(layer, pos2)
             args = (h, self.k_cache[layer.index], self.v_cache[layer.index], positions)
             if layer_dynamic:  # one shape-dynamic compile serves every batch and length
