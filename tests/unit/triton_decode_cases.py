@@ -38,6 +38,8 @@ def kernel_errors() -> dict[str, float]:
     g = torch.Generator().manual_seed(0)
     errors = {}
     shapes = {"mha": (3, 4, 4, 300, 64), "gqa": (4, 8, 2, 200, 48), "mqa": (2, 4, 1, 130, 64)}
+    from runtime.engines.embedded.triton_decode import _launch
+
     for name, (bsz, heads, kv_heads, length, dim) in shapes.items():
         for dtype in (torch.float32, torch.bfloat16):
             q = torch.randn(bsz, heads, dim, generator=g).to(dtype)
@@ -46,12 +48,16 @@ def kernel_errors() -> dict[str, float]:
             hi = torch.randint(1, length + 1, (bsz,), generator=g)
             lo = (hi - torch.randint(1, 160, (bsz,), generator=g)).clamp(min=0)
             hi[0], lo[0] = length, 0  # one full row
-            got = decode_attention(q, k[:bsz], v[:bsz], lo, hi, 0.125)
             want = reference(q, k, v, lo, hi, 0.125)
-            assert got.dtype == dtype and got.shape == q.shape
-            errors[f"{name}-{str(dtype).removeprefix('torch.')}"] = (
-                (got.double() - want).abs().max().item()
-            )
+            # the batch's own split count, and one chunk a row (no merge kernel)
+            for label, got in (
+                ("", decode_attention(q, k[:bsz], v[:bsz], lo, hi, 0.125)),
+                ("-whole", _launch(q, k[:bsz], v[:bsz], lo, hi, 0.125, 1)),
+            ):
+                assert got.dtype == dtype and got.shape == q.shape
+                errors[f"{name}{label}-{str(dtype).removeprefix('torch.')}"] = (
+                    (got.double() - want).abs().max().item()
+                )
     return errors
 
 

@@ -6,7 +6,8 @@ batch's length bucket ``L``. In the decode benchmark at batch 256 on one NVIDIA 
 of the K/V read was that padding, and K/V is most of a large batch's traffic. Here each row reads exactly
 its own entries ``lo[b] .. hi[b] - 1`` of its cache row: the row is cut into ``splits``
 equal chunks, one program per (row, head, chunk) streams its chunk with an online softmax,
-and a second kernel merges the chunks by their log-sum-exp. Nothing depends on the
+and a second kernel merges the chunks by their log-sum-exp (with one chunk a row, the
+first kernel writes the output and the second does not run). Nothing depends on the
 lengths' values on the host, so one CUDA graph per batch size serves every length (no
 length buckets), and the split count follows the batch so a small batch still fills the
 GPU.
@@ -49,8 +50,11 @@ def _split_kv_attention(
     hi_ptr,
     part_ptr,
     lse_ptr,
+    out_ptr,
     stride_qb,
     stride_qh,
+    stride_ob,
+    stride_oh,
     stride_kb,
     stride_kh,
     stride_kn,
@@ -64,9 +68,11 @@ def _split_kv_attention(
     D_PAD: tl.constexpr,
     BLOCK: tl.constexpr,
     STAGES: tl.constexpr,
+    WHOLE: tl.constexpr,
 ):
     """One (row, head, chunk): the chunk's softmax-weighted V sum (normalised) and its
-    log2-sum-exp, in float32."""
+    log2-sum-exp, in float32; ``WHOLE`` (one chunk a row): the row's output itself, in the
+    output's dtype, so no merge kernel runs."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -103,10 +109,14 @@ def _split_kv_attention(
         m = m_new
     filled = total > 0
     out = tl.where(filled, acc / tl.where(filled, total, 1.0), 0.0)
-    lse = tl.where(filled, m + tl.log2(tl.where(filled, total, 1.0)), float("-inf"))
-    row = (b * n_heads + h) * splits + s
-    tl.store(part_ptr + row * D_PAD + d, out)
-    tl.store(lse_ptr + row, lse)
+    if WHOLE:
+        ptr = out_ptr + b * stride_ob + h * stride_oh + d
+        tl.store(ptr, out.to(out_ptr.dtype.element_ty), mask=dmask)
+    else:
+        lse = tl.where(filled, m + tl.log2(tl.where(filled, total, 1.0)), float("-inf"))
+        row = (b * n_heads + h) * splits + s
+        tl.store(part_ptr + row * D_PAD + d, out)
+        tl.store(lse_ptr + row, lse)
 
 
 @triton.jit
@@ -171,8 +181,14 @@ def _launch(
     group = heads // k.shape[1]
     d_pad = triton.next_power_of_2(head_dim)
     out = torch.empty_like(q)
-    part = torch.empty(bsz * heads * splits, d_pad, dtype=torch.float32, device=q.device)
-    lse = torch.empty(bsz * heads * splits, dtype=torch.float32, device=q.device)
+    whole = splits == 1
+    # one chunk a row writes the output directly (the chunk buffers are not read)
+    part = (
+        out
+        if whole
+        else torch.empty(bsz * heads * splits, d_pad, dtype=torch.float32, device=q.device)
+    )
+    lse = out if whole else torch.empty(bsz * heads * splits, dtype=torch.float32, device=q.device)
     _split_kv_attention[(bsz, heads, splits)](
         q,
         k,
@@ -181,8 +197,11 @@ def _launch(
         hi,
         part,
         lse,
+        out,
         q.stride(0),
         q.stride(1),
+        out.stride(0),
+        out.stride(1),
         k.stride(0),
         k.stride(1),
         k.stride(2),
@@ -196,8 +215,11 @@ def _launch(
         D_PAD=d_pad,
         BLOCK=block,
         STAGES=stages,
+        WHOLE=whole,
         num_warps=num_warps,
     )
+    if whole:
+        return out
     _split_kv_merge[(bsz, heads)](
         part,
         lse,
