@@ -58,8 +58,60 @@ def test_small_batches_split_their_rows(interpreted: dict) -> None:
     assert splits[1] > splits[2] >= splits[64] == splits[256] == 1
 
 
+def _signature(fn, types: dict[str, str], constexprs: dict) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in fn.arg_names}
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_kernels_compile_for_hopper(group: int) -> None:
+    """Both kernels, each variant the engine launches (one chunk a row or several; MHA and
+    grouped heads), compiled ahead of time for sm_90 down to a cubin by Triton's own
+    ptxas: the GPU compile runs here, where no GPU does."""
+    if interpreter_on():
+        pytest.skip("Triton's interpreter is on in this process")
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton install carries no ptxas")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from runtime.engines.embedded import triton_decode as td
+
+    target = GPUTarget("cuda", 90, 32)
+    for whole in (True, False):
+        buffers = "*bf16" if whole else "*fp32"
+        types = {
+            **dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "out_ptr"), "*bf16"),
+            **dict.fromkeys(("lo_ptr", "hi_ptr"), "*i64"),
+            **dict.fromkeys(("part_ptr", "lse_ptr"), buffers),
+            "scale_log2": "fp32",
+        }
+        consts = {
+            "GROUP": group,
+            "HEAD_DIM": 128,
+            "D_PAD": 128,
+            "BLOCK": td.BLOCK_N,
+            "STAGES": td.NUM_STAGES,
+            "WHOLE": whole,
+        }
+        fn = td._split_kv_attention
+        src = ASTSource(fn=fn, signature=_signature(fn, types, consts), constexprs=consts)
+        kernel = compile(src, target=target, options={"num_warps": td.NUM_WARPS})
+        assert kernel.asm["cubin"]
+    consts = {"HEAD_DIM": 128, "D_PAD": 128, "S_PAD": 4}
+    types = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16"}
+    fn = td._split_kv_merge
+    src = ASTSource(fn=fn, signature=_signature(fn, types, consts), constexprs=consts)
+    assert compile(src, target=target, options={"num_warps": 4}).asm["cubin"]
+
+
+def interpreter_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def test_triton_decode_needs_a_gpu_outside_the_interpreter() -> None:
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreter_on():
         pytest.skip("Triton's interpreter is on in this process")
     loaded = build_tiny("dense", seed=1)
     with pytest.raises(ValueError, match="needs --device cuda"):
