@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 
+from decode_runs import captured_logits, decode_logits  # noqa: E402
 from torch._dynamo.testing import CompileCounter  # noqa: E402
 
 from runtime.engines.embedded.flex_decode import KV_BLOCK, decode_blocks  # noqa: E402
@@ -17,9 +18,6 @@ from runtime.engines.embedded.forward import InferenceModel  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-# ragged rows across block edges: 200 and 131 tokens span two 128-entry blocks
-PROMPT_LENS = (200, 5, 131, 127)
 
 
 @pytest.fixture(autouse=True)
@@ -46,36 +44,19 @@ def test_block_lists_name_exactly_the_attended_blocks(window: int | None) -> Non
         assert max(idx[b, 0, 0].tolist()) < nblk  # the padding entries stay in range
 
 
-def _decode(loaded, attention: str, *, compile_backend=None, steps: int = 5):
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(1, 128, (n,), generator=g).tolist() for n in PROMPT_LENS]
-    im = InferenceModel(loaded.model, max_slots=4, capacity=300, decode_attention=attention)
-    if compile_backend is not None:
-        im.enable_compile(backend=compile_backend)
-    im.prefill_batch(prompts, list(range(len(prompts))))
-    tok = torch.tensor([p[-1] for p in prompts])
-    pos = torch.tensor([len(p) for p in prompts])
-    out = []
-    for _ in range(steps):
-        logits, _ = im.decode(tok, pos)
-        out.append(logits)
-        tok, pos = logits.argmax(-1), pos + 1
-    return torch.stack(out), im
-
-
 @pytest.mark.parametrize("window", [8, 130])
 def test_flex_decode_gives_sdpa_logits(window: int) -> None:
     """Ragged rows, a sliding window inside one block (8) and across blocks (130)."""
     loaded = build_tiny("dense", seed=2, window=window)
-    ref, _ = _decode(loaded, "sdpa")
-    got, _ = _decode(loaded, "flex")
+    ref, _ = decode_logits(loaded, "sdpa")
+    got, _ = decode_logits(loaded, "flex")
     assert (ref - got).abs().max().item() < 1e-5
 
 
 def test_flex_decode_with_grouped_query_heads() -> None:
     loaded = build_tiny("dense", seed=4, n_kv_heads=1)
-    ref, _ = _decode(loaded, "sdpa", steps=3)
-    got, im = _decode(loaded, "flex", steps=3)
+    ref, _ = decode_logits(loaded, "sdpa", steps=3)
+    got, im = decode_logits(loaded, "flex", steps=3)
     assert any(layer.gqa for layer in im.layers)
     assert (ref - got).abs().max().item() < 1e-5
 
@@ -84,9 +65,9 @@ def test_compiled_flex_decode_traces_one_block_for_windowed_and_full_layers() ->
     """The window travels in the block tensors, so the regional compile still traces the
     block once (windowed and full layers), plus the head."""
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
-    ref, _ = _decode(loaded, "sdpa")
+    ref, _ = decode_logits(loaded, "sdpa")
     counter = CompileCounter()
-    got, im = _decode(loaded, "flex", compile_backend=counter)
+    got, im = decode_logits(loaded, "flex", compile_backend=counter)
     assert im.compiled
     assert (ref - got).abs().max().item() < 1e-5
     assert counter.frame_count == 2
@@ -105,23 +86,5 @@ def test_captured_flex_decode_matches_sdpa_on_gpu() -> None:
     """Inductor's flex decoding kernel inside the captured step against SDPA (bf16)."""
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
     loaded.model.to(device="cuda", dtype=torch.bfloat16)
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(1, 128, (n,), generator=g).tolist() for n in PROMPT_LENS]
-    outs = {}
-    for attention in ("sdpa", "flex"):
-        im = InferenceModel(
-            loaded.model, max_slots=4, capacity=300, device="cuda", decode_attention=attention
-        )
-        im.enable_compile()
-        im.enable_cuda_graphs()
-        im.prefill_batch(prompts, list(range(len(prompts))))
-        tok = torch.tensor([p[-1] for p in prompts], device="cuda")
-        pos = torch.tensor([len(p) for p in prompts], device="cuda")
-        steps = []
-        for _ in range(5):
-            logits, _ = im.decode_step(tok, pos)
-            steps.append(logits.float())
-            tok, pos = logits.argmax(-1), pos + 1
-        assert im.compiled and im.captured_graphs() > 0
-        outs[attention] = torch.stack(steps)
+    outs = {a: captured_logits(loaded, a, steps=5)[0] for a in ("sdpa", "flex")}
     assert (outs["sdpa"] - outs["flex"]).abs().max().item() < 0.05

@@ -18,11 +18,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("olmo_core")
 pytest.importorskip("triton")
 
+from decode_runs import captured_logits  # noqa: E402
+
 from runtime.engines.embedded.forward import InferenceModel  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-PROMPT_LENS = (200, 5, 131, 127)
 
 
 @pytest.fixture(scope="module")
@@ -135,26 +136,11 @@ def test_captured_triton_decode_matches_sdpa_on_gpu() -> None:
     torch._dynamo.reset()
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
     loaded.model.to(device="cuda", dtype=torch.bfloat16)
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(1, 128, (n,), generator=g).tolist() for n in PROMPT_LENS]
     outs = {}
     for attention in ("sdpa", "triton"):
-        im = InferenceModel(
-            loaded.model, max_slots=4, capacity=300, device="cuda", decode_attention=attention
-        )
-        im.enable_compile()
-        im.enable_cuda_graphs()
-        im.prefill_batch(prompts, list(range(len(prompts))))
-        tok = torch.tensor([p[-1] for p in prompts], device="cuda")
-        pos = torch.tensor([len(p) for p in prompts], device="cuda")
-        steps = []
-        for _ in range(60):  # rows cross 64-entry blocks and the 256-entry SDPA bucket
-            logits, _ = im.decode_step(tok, pos)
-            steps.append(logits.float())
-            tok, pos = logits.argmax(-1), pos + 1
-        assert im.compiled and im.captured_graphs() > 0
+        # 60 steps: rows cross 64-entry blocks and the 256-entry SDPA bucket
+        outs[attention], im = captured_logits(loaded, attention, steps=60)
         if attention == "triton":
             assert {length for _, length in im.graph_keys()} == {im.cache_len}
-        outs[attention] = torch.stack(steps)
     # greedy paths may part where two logits tie in bf16: compare the first steps closely
     assert (outs["sdpa"][:8] - outs["triton"][:8]).abs().max().item() < 0.05

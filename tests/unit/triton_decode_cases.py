@@ -9,14 +9,11 @@ import json
 import sys
 
 import torch
+from decode_runs import decode_logits
 from torch._dynamo.testing import CompileCounter
 
-from runtime.engines.embedded.forward import InferenceModel
 from runtime.engines.embedded.tiny import build_tiny
 from runtime.engines.embedded.triton_decode import decode_attention, split_count
-
-# ragged rows across 64-entry block edges
-PROMPT_LENS = (200, 5, 131, 127)
 
 
 def reference(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
@@ -61,37 +58,20 @@ def kernel_errors() -> dict[str, float]:
     return errors
 
 
-def _decode(loaded, attention: str, compile_backend=None, steps: int = 4):  # type: ignore[no-untyped-def]
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(1, 128, (n,), generator=g).tolist() for n in PROMPT_LENS]
-    im = InferenceModel(loaded.model, max_slots=4, capacity=300, decode_attention=attention)
-    if compile_backend is not None:
-        im.enable_compile(backend=compile_backend)
-    im.prefill_batch(prompts, list(range(len(prompts))))
-    tok = torch.tensor([p[-1] for p in prompts])
-    pos = torch.tensor([len(p) for p in prompts])
-    out = []
-    for _ in range(steps):
-        logits, _ = im.decode(tok, pos)
-        out.append(logits)
-        tok, pos = logits.argmax(-1), pos + 1
-    return torch.stack(out), im
-
-
 def model_errors() -> dict[str, float]:
     """The engine's decode step with the kernel against SDPA's: windowed layers, grouped
     heads, and through the compiled regions (one trace for windowed and full layers)."""
     out: dict[str, float] = {}
     for name, overrides in {"window": {"window": 130}, "gqa": {"n_kv_heads": 1}}.items():
         loaded = build_tiny("dense", seed=2, n_layers=2, **overrides)
-        ref, _ = _decode(loaded, "sdpa")
-        got, _ = _decode(loaded, "triton")
+        ref, _ = decode_logits(loaded, "sdpa")
+        got, _ = decode_logits(loaded, "triton")
         out[name] = (ref - got).abs().max().item()
     torch._dynamo.reset()
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
-    ref, _ = _decode(loaded, "sdpa")
+    ref, _ = decode_logits(loaded, "sdpa")
     counter = CompileCounter()
-    got, im = _decode(loaded, "triton", compile_backend=counter)
+    got, im = decode_logits(loaded, "triton", compile_backend=counter)
     out["compiled"] = (ref - got).abs().max().item()
     out["compiled_frames"] = counter.frame_count
     out["compiled_on"] = float(im.compiled)

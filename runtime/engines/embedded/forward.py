@@ -871,7 +871,7 @@ class InferenceModel:
             if self.decode_attention == "triton":
                 lo, hi = mask
                 assert self._split_kv is not None
-                att = self._split_kv(q[:, 0], kc[:bsz], vc[:bsz], lo, hi, lay.scale)
+                att = self._split_kv(q[:, 0], kc[:bsz], vc[:bsz], lo, hi, float(lay.scale))
                 return self._attn_out(lay, inp, att.unsqueeze(2))
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),

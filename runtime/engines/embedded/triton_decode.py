@@ -236,27 +236,6 @@ def _launch(
 
 
 @torch.library.custom_op("rlc::split_kv_decode_attention", mutates_args=())
-def _decode_attention_op(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    lo: torch.Tensor,
-    hi: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    # the split count is picked here, at run time, from the concrete batch: inside a
-    # shape-dynamic compile it would otherwise guard on the batch size
-    if q.device.type != "cuda" and not interpreting():
-        raise RuntimeError("Triton decode attention needs a GPU (or TRITON_INTERPRET=1)")
-    splits = split_count(q.shape[0], q.shape[1], q.device)
-    return _launch(q.contiguous(), k, v, lo, hi, scale, splits)
-
-
-@_decode_attention_op.register_fake
-def _(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
-
-
 def decode_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -268,5 +247,14 @@ def decode_attention(
     """``q`` ``(B, H, D)`` (one query per row) against the cache rows ``k``/``v``
     ``(B, Hkv, L, D)`` (any strides but a contiguous last dim): row ``b`` attends entries
     ``lo[b] <= i < hi[b]`` (``(B,)`` integer tensors on the device; ``hi > lo``). Returns
-    ``(B, H, D)`` in ``q``'s dtype."""
-    return _decode_attention_op(q, k, v, lo, hi, float(scale))
+    ``(B, H, D)`` in ``q``'s dtype. The split count is picked here, at run time, from the
+    concrete batch: inside a shape-dynamic compile it would otherwise guard on the batch."""
+    if q.device.type != "cuda" and not interpreting():
+        raise RuntimeError("Triton decode attention needs a GPU (or TRITON_INTERPRET=1)")
+    splits = split_count(q.shape[0], q.shape[1], q.device)
+    return _launch(q.contiguous(), k, v, lo, hi, scale, splits)
+
+
+@decode_attention.register_fake
+def _(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
