@@ -327,7 +327,7 @@ def _make_generator(
     )
 
     # ``on_failure`` also runs between HTTP-level retries: a dead engine leaves the router
-    # after one failed attempt, not after the client's whole backoff ladder
+    # once its exit is seen (one or two failed attempts), not after the whole backoff ladder
     client = EngineClient(url, ClientSettings.from_contract(cfg.runtime), on_retry=on_failure)
     clients: dict[str, EngineClient] = {url: client}
     turn = itertools.count()

@@ -61,6 +61,16 @@ def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     assert args.overlap_schedule is False
 
 
+def test_triton_attention_off_a_gpu_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from runtime.engines.embedded.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", "engine-test:dense", "--port", "1", "--attention-backend", "triton"])
+    assert exit_info.value.code == 2
+    assert "--attention-backend triton needs --device cuda" in capsys.readouterr().err
+
+
 def test_engine_defaults_follow_the_device() -> None:
     pytest.importorskip("olmo_core")
     from runtime.engines.embedded.engine import Engine

@@ -373,8 +373,8 @@ def test_layers_share_one_rope_table_and_one_gather_per_step() -> None:
         loaded = build_tiny("dense", seed=1, n_layers=layers)
         im = InferenceModel(loaded.model, max_slots=2, capacity=64)
         assert len({id(layer.rope) for layer in im.layers}) == layers
-        assert len(im._rope_tables) == 1
         im.prefill_batch([[1, 2, 3], [4, 5]], [0, 1])
+        assert len(im._rope_tables) == 1
         with CountIndex() as mode:
             im.decode(torch.tensor([6, 7]), torch.tensor([3, 2]))
         counts[layers] = mode.count

@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--chunked-prefill-size must not be 0 and --cuda-graph-kv-step >= 0")
     if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static <= 1:
         parser.error("--mem-fraction-static must lie in (0, 1]")
+    if args.attention_backend == "triton" and args.device != "cuda":
+        parser.error("--attention-backend triton needs --device cuda (a CPU runs no Triton kernel)")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

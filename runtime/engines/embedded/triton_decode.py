@@ -2,9 +2,9 @@
 name for its own Triton decode kernels; flash-decoding).
 
 SDPA attends a dense ``cache[:B, :, :L]`` with a boolean mask, so every row reads the
-batch's length bucket ``L``. In the decode benchmark at batch 256 on one NVIDIA H200 a third
-of the K/V read was that padding, and K/V is most of a large batch's traffic. Here each row reads exactly
-its own entries ``lo[b] .. hi[b] - 1`` of its cache row: the row is cut into ``splits``
+batch's length bucket ``L``. In the decode benchmark at batch 256 on one NVIDIA H200 a
+third of the K/V read was that padding, and K/V is most of a large batch's traffic. Here
+each row reads exactly its own entries ``lo[b] .. hi[b] - 1`` of its cache row: the row is cut into ``splits``
 equal chunks, one program per (row, head, chunk) streams its chunk with an online softmax,
 and a second kernel merges the chunks by their log-sum-exp (with one chunk a row, the
 first kernel writes the output and the second does not run). Nothing depends on the
@@ -36,9 +36,14 @@ MAX_SPLITS = 16
 _LOG2E = 1.4426950408889634
 
 
+# Triton reads this when it decorates the kernels below, so it is read once, here, too
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def interpreting() -> bool:
-    """Triton's CPU interpreter is on (read when the kernels below were decorated)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """The kernels below run under Triton's CPU interpreter (``TRITON_INTERPRET=1`` at
+    import)."""
+    return _INTERPRETING
 
 
 @triton.jit
