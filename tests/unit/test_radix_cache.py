@@ -69,6 +69,92 @@ def test_eviction_frees_least_recently_used_unlocked_leaves() -> None:
     assert tree.evict(1) == 4 and tree.total_tokens == 4
 
 
+class _ScanningTree(RadixCache):
+    """The reference: eviction by walking the whole tree each time (the plain algorithm)."""
+
+    def evict(self, num_tokens: int) -> int:
+        import heapq
+
+        from runtime.engines.embedded.radix import _evictable_leaf
+
+        leaves = [(n.last_access, id(n), n) for n in self._nodes() if _evictable_leaf(n)]
+        heapq.heapify(leaves)
+        freed = 0
+        while freed < num_tokens and leaves:
+            _, _, leaf = heapq.heappop(leaves)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.key[0]]
+            freed += len(leaf.key)
+            self.total_tokens -= len(leaf.key)
+            self.evictable_tokens -= len(leaf.key)
+            if parent is not self.root and _evictable_leaf(parent):
+                heapq.heappush(leaves, (parent.last_access, id(parent), parent))
+        return freed
+
+
+def _contents(tree: RadixCache) -> set[tuple[int, ...]]:
+    """Every cached root-to-node token path."""
+    out, stack = set(), [(tree.root, ())]
+    while stack:
+        node, path = stack.pop()
+        path = path + tuple(node.key)
+        out.add(path)
+        stack.extend((c, path) for c in node.children.values())
+    return out
+
+
+def test_heap_eviction_keeps_exactly_what_walking_the_tree_keeps() -> None:
+    """Random inserts, matches, locks and unlocks over a small budget and a small alphabet
+    (shared prefixes, splits, evictions on most inserts): the tree that evicts from its heap
+    of leaves holds the same sequences as one that walks every node to evict."""
+    import random
+
+    rng = random.Random(7)
+    fast, slow = RadixCache(60), _ScanningTree(60)
+    held: list[tuple[object, object]] = []
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.55:
+            seq = [rng.randrange(4) for _ in range(rng.randrange(1, 14))]
+            nodes = (fast.insert(seq, _kv_of(seq)), slow.insert(seq, _kv_of(seq)))
+            if rng.random() < 0.3:
+                fast.lock(nodes[0])
+                slow.lock(nodes[1])
+                held.append(nodes)
+        elif op < 0.8:
+            seq = [rng.randrange(4) for _ in range(rng.randrange(1, 14))]
+            assert fast.match(seq).length == slow.match(seq).length
+        elif held:
+            a, b = held.pop(rng.randrange(len(held)))
+            fast.unlock(a)
+            slow.unlock(b)
+        if rng.random() < 0.01:
+            fast.reset()
+            slow.reset()
+            held.clear()
+        assert _contents(fast) == _contents(slow)
+        assert (fast.total_tokens, fast.evictable_tokens) == (
+            slow.total_tokens,
+            slow.evictable_tokens,
+        )
+    assert len(fast._leaves) <= 4 * fast.num_nodes + 65  # stale entries stay bounded
+
+
+def test_a_full_tree_evicts_without_walking_its_nodes(monkeypatch) -> None:
+    """Thousands of inserts into a full tree: the tree is walked only to drop stale heap
+    entries now and then, never once per eviction."""
+    tree = RadixCache(2000)
+    walks = []
+    real = tree._nodes
+    monkeypatch.setattr(tree, "_nodes", lambda: walks.append(1) or real())
+    for i in range(3000):
+        seq = [i, *range(19)]
+        tree.insert(seq, _kv_of(seq))
+    assert tree.total_tokens == 2000
+    assert len(walks) < 30
+
+
 def test_an_insert_larger_than_the_room_keeps_the_part_that_fits() -> None:
     tree = RadixCache(3)
     seq = [4, 5, 6, 7, 8]

@@ -9,6 +9,12 @@ As SGLang's RadixAttention: longest-prefix match (splitting an edge where a matc
 inside it), insertion of a sequence's new suffix, LRU eviction of unlocked leaves when the
 token budget is full, reference locks on the path a request uses, and a flush that drops
 everything (weight updates: K/V computed under old weights must never be reused).
+
+A full tree evicts on nearly every insert, so eviction must not walk the tree: leaves wait in
+a heap by last access, entered when they are touched or become leaves, and an entry that no
+longer describes its node (touched since, locked, given a child, evicted) is skipped when it
+comes up. An engine serving fresh prompts against a full tree spent about a millisecond per
+request walking hundreds of nodes.
 """
 
 from __future__ import annotations
@@ -68,6 +74,22 @@ class RadixCache:
         self.root.lock_ref = 1  # never evicted
         self.total_tokens = 0
         self.evictable_tokens = 0
+        self.num_nodes = 1
+        # (last access, tie-break, node): eviction candidates, some of them stale
+        self._leaves: list[tuple[int, int, RadixNode]] = []
+        self._ties = itertools.count()
+
+    def _offer(self, node: RadixNode) -> None:
+        """Enter ``node`` as an eviction candidate at its current last access."""
+        if node.parent is not None and not node.children:
+            heapq.heappush(self._leaves, (node.last_access, next(self._ties), node))
+            if len(self._leaves) > 4 * self.num_nodes + 64:  # drop the stale entries
+                self._leaves = [
+                    (n.last_access, next(self._ties), n)
+                    for n in self._nodes()
+                    if _evictable_leaf(n)
+                ]
+                heapq.heapify(self._leaves)
 
     # ---- match / insert ------------------------------------------------------------------
 
@@ -85,6 +107,7 @@ class RadixCache:
             if n < len(child.key):
                 child = self._split(child, n)
             child.last_access = now
+            self._offer(child)
             segments.append(child.kv)
             pos += n
             node = child
@@ -116,8 +139,10 @@ class RadixCache:
             generation=self.generation,
         )
         node.children[tokens[pos]] = child
+        self.num_nodes += 1
         self.total_tokens += end - pos
         self.evictable_tokens += end - pos
+        self._offer(child)
         return child
 
     def _split(self, child: RadixNode, n: int) -> RadixNode:
@@ -133,6 +158,7 @@ class RadixCache:
             generation=child.generation,
         )
         parent.children[child.key[0]] = upper
+        self.num_nodes += 1
         child.key = child.key[n:]
         child.kv = kv_slice(child.kv, n, n + len(child.key))
         child.parent = upper
@@ -158,24 +184,32 @@ class RadixCache:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self.evictable_tokens += len(node.key)
+                self._offer(node)
             node = node.parent  # type: ignore[assignment]
 
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` tokens from unlocked leaves, least recently used
         first (a parent left childless becomes a candidate); returns the tokens freed."""
-        leaves = [(n.last_access, id(n), n) for n in self._nodes() if _evictable_leaf(n)]
-        heapq.heapify(leaves)
         freed = 0
-        while freed < num_tokens and leaves:
-            _, _, leaf = heapq.heappop(leaves)
+        while freed < num_tokens and self._leaves:
+            stamp, _, leaf = heapq.heappop(self._leaves)
             parent = leaf.parent
-            assert parent is not None
+            if (
+                stamp != leaf.last_access
+                or not _evictable_leaf(leaf)
+                or parent is None
+                or parent.children.get(leaf.key[0]) is not leaf
+                or leaf.generation != self.generation
+            ):
+                continue  # stale: touched, locked, grown or gone since it was entered
             del parent.children[leaf.key[0]]
+            leaf.parent = None
+            self.num_nodes -= 1
             freed += len(leaf.key)
             self.total_tokens -= len(leaf.key)
             self.evictable_tokens -= len(leaf.key)
             if parent is not self.root and _evictable_leaf(parent):
-                heapq.heappush(leaves, (parent.last_access, id(parent), parent))
+                self._offer(parent)
         return freed
 
     def _nodes(self) -> list[RadixNode]:
