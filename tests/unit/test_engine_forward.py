@@ -98,15 +98,26 @@ def test_batched_decode_with_ragged_lengths_and_slot_moves():
     assert (logits[0] - refs[2][-1]).abs().max().item() < TOL
 
 
-def test_batched_slot_moves_decode_as_the_originals():
+@pytest.mark.parametrize("one_store", [True, False])
+def test_batched_slot_moves_decode_as_the_originals(one_store):
     """``move_slots`` copies every pair in one gather and scatter per cache tensor: the
     moved rows decode exactly as the originals did, a destination that is also a source
-    takes the source's old content, and ``read_kv``/``write_kv`` round-trip a slot."""
+    takes the source's old content, and ``read_kv``/``write_kv`` round-trip a slot. Both
+    with every layer's K and V in one store (equal shapes) and with separate tensors."""
     loaded = build_tiny("dense", seed=4)
     gen = torch.Generator().manual_seed(6)
     seqs = [torch.randint(1, 128, (n,), generator=gen).tolist() for n in (5, 11, 16)]
     refs = [_reference(loaded.model, s) for s in seqs]
     im = InferenceModel(loaded.model, max_slots=5, capacity=32)
+    store = im._kv_store
+    assert store is not None  # the tiny model's layers agree in shape
+    rows = im.kv_rows()
+    assert all(c.untyped_storage().data_ptr() == store.untyped_storage().data_ptr() for c in rows)
+    assert all(c.is_contiguous() for c in rows)
+    if not one_store:  # layers whose shapes differ keep a tensor each
+        im.k_cache = [c.clone() for c in im.k_cache]
+        im.v_cache = [c.clone() for c in im.v_cache]
+        im._kv_store = None
     for slot, s in enumerate(seqs):
         im.prefill(s[:-1], slot=slot)
     # slot 0 is both a destination (of 2) and a source (for 3); lengths differ per pair

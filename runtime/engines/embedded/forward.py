@@ -333,10 +333,31 @@ class InferenceModel:
         self.v_cache: list[torch.Tensor] = []
         gdn = {layer.index: layer.attn for layer in self.layers if layer.gdn}
         self.recurrent = RecurrentState(gdn, max_slots, self.dtype, self.device) if gdn else None
+        shapes = {
+            (max_slots, layer.attn.n_kv_heads, self.cache_len, layer.attn.head_dim)
+            for layer in self.layers
+            if not layer.gdn
+        }
+        attn_layers = sum(1 for layer in self.layers if not layer.gdn)
+        # every attention layer's K and V in one tensor when their shapes agree: a slot's
+        # K/V is then one strided view, so the prefix cache reads, writes and moves it in
+        # one kernel (and one Python call) rather than one per layer and per K/V
+        self._kv_store: torch.Tensor | None = None
+        if len(shapes) == 1:
+            (shape,) = shapes
+            self._kv_store = torch.zeros(
+                (2 * attn_layers, *shape), dtype=self.dtype, device=self.device
+            )
+        made = 0
         for layer in self.layers:
             if layer.gdn:  # keeps k_cache/v_cache indexed by layer
                 self.k_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
                 self.v_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
+                continue
+            if self._kv_store is not None:
+                self.k_cache.append(self._kv_store[made])
+                self.v_cache.append(self._kv_store[attn_layers + made])
+                made += 1
                 continue
             shape = (max_slots, layer.attn.n_kv_heads, self.cache_len, layer.attn.head_dim)
             self.k_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
@@ -1197,16 +1218,20 @@ class InferenceModel:
         pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
         if not pairs or length <= 0:
             return
+        # one (rows, slots, heads, positions, dim) store, or each layer's K and V apart
+        stores = (
+            [self._kv_store] if self._kv_store is not None else [c[None] for c in self.kv_rows()]
+        )
         if len(pairs) == 1:  # one row: a direct copy, no gathered temporary
             ((s, d),) = pairs
-            for c in self.kv_rows():
-                c[d, :, :length] = c[s, :, :length]
+            for c in stores:
+                c[:, d, :, :length] = c[:, s, :, :length]
         else:
             src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
             dst = torch.tensor([d for _, d in pairs], dtype=torch.long, device=self.device)
-            for c in self.kv_rows():
-                head = c[:, :, :length]
-                head.index_copy_(0, dst, head.index_select(0, src))  # gathered first
+            for c in stores:
+                head = c[:, :, :, :length]
+                head.index_copy_(1, dst, head.index_select(1, src))  # gathered first
         if self.recurrent is not None:
             for s, d in pairs:
                 self.recurrent.move(s, d)
@@ -1216,11 +1241,17 @@ class InferenceModel:
         ``(rows, heads, tokens, head_dim)`` tensor (each attention layer's K, then each
         one's V, as ``kv_rows``), so a sequence enters the tree in one copy, not one per
         layer."""
+        if self._kv_store is not None:
+            return [self._kv_store[:, slot, :, start:end].clone()]
         return [torch.stack([c[slot, :, start:end] for c in self.kv_rows()])]
 
     def write_kv(self, slot: int, start: int, kv: list[torch.Tensor]) -> int:
         """Copy ``read_kv``-shaped K/V into ``slot`` from position ``start``; its length."""
         n = int(kv[0].shape[-2]) if kv else 0
+        store = self._kv_store
+        if store is not None and len(kv) == 1 and kv[0].shape[0] == store.shape[0]:
+            store[:, slot, :, start : start + n].copy_(kv[0])
+            return n
         rows = self.kv_rows()
         parts = [p for t in kv for p in t.unbind(0)]
         if len(parts) != len(rows):
