@@ -11,7 +11,7 @@
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
-# bench-warm-engine-first triton-test decode-attn decode13 decode14 e2e14-sdpa e2e14-triton
+# bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 e2e14-sdpa e2e14-triton
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -246,10 +246,15 @@ for s in "$@"; do
       --deadline-s "$(( ${DECODE_TIMEOUT:-400} - 40 ))" --out "$RES"
     ;;
   decode14)  # the tuned split-KV kernel against SDPA's 256-entry buckets (kernel profile)
-    stage decode14 "${DECODE_TIMEOUT:-240}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
-      --prompt-len 128 --new-tokens 256 --repeats 2 --kernel-profile --hf static \
+    stage decode14 "${DECODE_TIMEOUT:-280}" python3 benchmarks/gpu/decode.py --batch-sizes 64 256 \
+      --prompt-len 128 --new-tokens 256 --repeats 3 --kernel-profile --hf static \
       --variants graph,compile,fused,attn=sdpa graph,compile,fused,attn=triton \
-      --deadline-s "$(( ${DECODE_TIMEOUT:-240} - 30 ))" --out "$RES"
+      --deadline-s "$(( ${DECODE_TIMEOUT:-280} - 30 ))" --out "$RES"
+    ;;
+  decode-b64)  # batch 64 only: the engine's default decode against transformers, best of 3 each
+    stage decode-b64 240 python3 benchmarks/gpu/decode.py --batch-sizes 64 --prompt-len 128 \
+      --new-tokens 256 --repeats 3 --hf static --variants graph,compile,fused,attn=triton \
+      --deadline-s 200 --out "$RES"
     ;;
   e2e14-sdpa | e2e14-triton)  # 16x8x256 collections with each decode attention
     stage "$s" 130 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
