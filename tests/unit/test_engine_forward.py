@@ -390,3 +390,46 @@ def test_layers_share_one_rope_table_and_one_gather_per_step() -> None:
             im.decode(torch.tensor([6, 7]), torch.tensor([3, 2]))
         counts[layers] = mode.count
     assert counts[2] == counts[6] == 2  # the step's sin and cos rows
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_rows_after_a_cached_prefix_and_fresh_rows_prefill_apart(kind, monkeypatch):
+    """A batch where only some rows continue a cached prefix: the fresh rows take the plain
+    prefill, only the continuing rows take the continued (masked) one, and every row's
+    logits, cache and routed experts match the model's own forward over the whole prompt,
+    in the caller's row order."""
+    loaded = build_tiny(kind, seed=7)
+    gen = torch.Generator().manual_seed(8)
+    seqs = [torch.randint(1, 128, (n,), generator=gen).tolist() for n in (9, 14, 6, 12)]
+    starts = [0, 5, 0, 3]  # rows 1 and 3 hold their first tokens already
+    im = InferenceModel(loaded.model, max_slots=4, capacity=32)
+    for slot, (s, st) in enumerate(zip(seqs, starts, strict=True)):
+        if st:
+            im.prefill(s[:st], slot=slot)
+    continued: list[int] = []
+    real = im._prefill_continued
+    monkeypatch.setattr(
+        im, "_prefill_continued", lambda seqs_, *a: continued.append(len(seqs_)) or real(seqs_, *a)
+    )
+    last, full, experts = im.prefill_batch(
+        [s[st:] for s, st in zip(seqs, starts, strict=True)],
+        [0, 1, 2, 3],
+        want_all=[False, True, True, False],
+        starts=starts,
+    )
+    assert continued == [2]
+    for b, (s, st) in enumerate(zip(seqs, starts, strict=True)):
+        ref = _reference(loaded.model, s)
+        assert (last[b] - ref[-1]).abs().max().item() < TOL, b
+        if b in (1, 2):
+            assert full[b] is not None and (full[b] - ref[st:]).abs().max().item() < TOL, b
+        else:
+            assert full[b] is None
+        if experts is not None:
+            assert experts[b].shape[0] == len(s) - st
+    # and the caches hold every prompt: one decode step continues each row exactly
+    nxt = [5, 6, 7, 8]
+    logits, _ = im.decode(torch.tensor(nxt), torch.tensor([len(s) for s in seqs]))
+    for b, s in enumerate(seqs):
+        ref = _reference(loaded.model, [*s, nxt[b]])
+        assert (logits[b] - ref[-1]).abs().max().item() < TOL, b

@@ -603,9 +603,40 @@ class InferenceModel:
         want_all: list[bool] | None = None,
         starts: list[int] | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
-        """``_prefill_batch`` with prefill's attention kernels (``PREFILL_SDPA_BACKENDS``)."""
+        """``_prefill_batch`` with prefill's attention kernels (``PREFILL_SDPA_BACKENDS``).
+
+        When only some rows continue a cached prefix, those rows and the others are two
+        forwards: one row whose first token happened to be cached must not send every
+        fresh prompt through the continued path's masked attention over gathered caches
+        (on a CPU that path took 1.6x as long for 64 fresh 128-token prompts)."""
         with sdpa_kernel(list(PREFILL_SDPA_BACKENDS)):
-            return self._prefill_batch(seqs, slots, want_all, starts)
+            if not starts or all(starts) or not any(starts):
+                return self._prefill_batch(seqs, slots, want_all, starts)
+            parts = [
+                [i for i, s in enumerate(starts) if not s],
+                [i for i, s in enumerate(starts) if s],
+            ]
+            outs = [
+                self._prefill_batch(
+                    [seqs[i] for i in rows],
+                    [slots[i] for i in rows],
+                    None if want_all is None else [want_all[i] for i in rows],
+                    [starts[i] for i in rows],
+                )
+                for rows in parts
+            ]
+        order = [i for rows in parts for i in rows]
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))
+        last = torch.cat([o[0] for o in outs]).index_select(0, back.to(outs[0][0].device))
+        full = [f for o in outs for f in o[1]]
+        experts = [e for o in outs for e in o[2]] if outs[0][2] is not None else None
+        at = back.tolist()
+        return (
+            last,
+            [full[k] for k in at],
+            None if experts is None else [experts[k] for k in at],
+        )
 
     def _prefill_batch(
         self,
