@@ -595,6 +595,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.print_effective:
         return print_effective(args.manifest)
+    from runtime.node.stacks import dump_stacks_on_sigusr1
+
+    dump_stacks_on_sigusr1()
     print("rlc: checking the manifest and loading the runtime", file=sys.stderr, flush=True)
     from runtime.compiler_cache import CompilerCache
     from runtime.config import ConfigError, RunConfig

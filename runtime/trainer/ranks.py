@@ -252,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("manifest")
     args = ap.parse_args(argv)
+    from runtime.node.stacks import dump_stacks_on_sigusr1
+
+    dump_stacks_on_sigusr1()
     try:
         return follow(args.manifest)
     except Exception as exc:  # one line: the leader reports this rank's exit

@@ -86,13 +86,21 @@ def start(manifest: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def run(manifest: Path, *args: str, timeout: float = 150) -> tuple[int, str]:
-    proc = start(manifest, *args)
+    return finish(start(manifest, *args), timeout)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
+    """The run's exit code and output. One that overruns ``timeout`` is asked for its
+    threads' stacks (``SIGUSR1``) before it is killed, so the failure says where it waited."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGUSR1)
+        time.sleep(2.0)
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"runtime did not finish in {timeout}s:\n{out[-3000:]}") from None
+        raise AssertionError(f"runtime did not finish in {timeout}s:\n{out[-8000:]}") from None
     return proc.returncode, out
 
 

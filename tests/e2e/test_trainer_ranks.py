@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rt_helpers import SMALL, compile_manifest, kill9, records, run, start, wait_for
+from rt_helpers import SMALL, compile_manifest, finish, kill9, records, run, start, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,8 @@ def test_two_cpu_ranks_survive_kill9_of_a_rank_and_resume(tmp_path: Path) -> Non
     follower, cmd, env = _follower(manifest.parent)
     kill9(follower)
     _assert_runs_as_compiled(cmd, env, manifest)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 3, out
+    code, out = finish(proc, timeout=120)
+    assert code == 3, out
     assert "trainer rank 1 died (signal 9)" in out, out[-2000:]
     assert all(r["trainer/world_size"] == 2 for r in records(root))
 

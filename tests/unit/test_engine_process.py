@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 
 import httpx
 import pytest
@@ -140,6 +143,20 @@ def test_embedded_engine_stands_in_for_sglang(tmp_path):
         assert warm["startup"][0]["seconds"] > 0.1  # torch's import at least
         info = httpx.get(f"{url}/get_server_info", timeout=5).json()
         assert info["gc_full_collections"] >= 1 and info["gc_pause_s"] > 0
+        # kill -USR1: every thread's stack into the log, and the server goes on serving
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "most recent call first" not in server.log_path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "no stack dump in the engine's log"
+            time.sleep(0.1)
+        assert "in _loop" in server.log_path.read_text(errors="replace")  # the scheduler's
+        again = httpx.post(
+            f"{url}/generate",
+            json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}},
+            timeout=30,
+        ).json()
+        assert again["meta_info"]["completion_tokens"] == 2
     finally:
         code = server.stop(grace=10)
     assert code == 0, "engine should exit cleanly on SIGTERM"

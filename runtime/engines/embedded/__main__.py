@@ -258,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from runtime.node.stacks import dump_stacks_on_sigusr1
+
+    dump_stacks_on_sigusr1()
     threads = args.threads or (1 if args.device == "cpu" else None)
     if threads:
         torch.set_num_threads(threads)
