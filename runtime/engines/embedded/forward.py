@@ -1249,20 +1249,20 @@ class InferenceModel:
         pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
         if not pairs or length <= 0:
             return
-        # one (rows, slots, heads, positions, dim) store, or each layer's K and V apart
-        stores = (
-            [self._kv_store] if self._kv_store is not None else [c[None] for c in self.kv_rows()]
-        )
         if len(pairs) == 1:  # one row: a direct copy, no gathered temporary
             ((s, d),) = pairs
-            for c in stores:
+            # the whole store in one copy, or each layer's K and V apart
+            store = self._kv_store
+            for c in [store] if store is not None else [r[None] for r in self.kv_rows()]:
                 c[:, d, :, :length] = c[:, s, :, :length]
         else:
             src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
             dst = torch.tensor([d for _, d in pairs], dtype=torch.long, device=self.device)
-            for c in stores:
-                head = c[:, :, :, :length]
-                head.index_copy_(1, dst, head.index_select(1, src))  # gathered first
+            # layer by layer even with one store: the gathered temporary stays one layer's
+            # (a group's 112 followers at 244 tokens gather 112 MB a layer, 3.6 GB at once)
+            for c in self.kv_rows():
+                head = c[:, :, :length]
+                head.index_copy_(0, dst, head.index_select(0, src))  # gathered first
         if self.recurrent is not None:
             for s, d in pairs:
                 self.recurrent.move(s, d)
