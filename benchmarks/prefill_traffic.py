@@ -131,9 +131,9 @@ def main() -> None:
         f"matrix products: {flops / 1e12:.1f} TFLOP = {matrix_ms:.1f} ms at "
         f"{args.matrix_tflops:.0f} TFLOP/s",
         f"every other op: {moved:.1f} GB moved = {other_ms:.1f} ms at {args.copy_tbs} TB/s, "
-        f"{sum(r['calls'] for r in rows)} kernels",
+        f"{sum(r['calls'] for r in rows)} op calls",
         "",
-        "| op | GB moved | kernels |",
+        "| op | GB moved | op calls |",
         "|---|---|---|",
     ]
     lines += [f"| {r['op']} | {r['gb']:.2f} | {r['calls']} |" for r in rows if r["gb"] >= 0.05]

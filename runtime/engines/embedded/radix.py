@@ -193,15 +193,12 @@ class RadixCache:
         freed = 0
         while freed < num_tokens and self._leaves:
             stamp, _, leaf = heapq.heappop(self._leaves)
+            # stale: touched, locked, grown or evicted (no parent) since it was entered; a
+            # reset empties the heap, so every entry is of this tree
+            if stamp != leaf.last_access or not _evictable_leaf(leaf):
+                continue
             parent = leaf.parent
-            if (
-                stamp != leaf.last_access
-                or not _evictable_leaf(leaf)
-                or parent is None
-                or parent.children.get(leaf.key[0]) is not leaf
-                or leaf.generation != self.generation
-            ):
-                continue  # stale: touched, locked, grown or gone since it was entered
+            assert parent is not None
             del parent.children[leaf.key[0]]
             leaf.parent = None
             self.num_nodes -= 1
