@@ -23,7 +23,9 @@ block-sparse decode: each row reads its own KV blocks, one graph per batch size;
 engine's ``--attention-backend flex_attention``), ``attn=triton`` (the split-KV Triton kernel:
 each row reads exactly its own entries, one graph per batch size; ``--attention-backend
 triton``), ``unfused`` (q/k/v and the
-feed-forward's gate/up as separate matrix products, as before the engine merged them).
+feed-forward's gate/up as separate matrix products, as before the engine merged them),
+``eagerprefill`` (with ``compile``: the prefill's blocks run eagerly, where by default they
+run through their compiled regions).
 Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
@@ -91,6 +93,9 @@ class Variant:
     overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
     attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode; `attn=triton`
     fuse: bool = True  # q/k/v and gate/up as one product each; `unfused`: separate products
+    # the prefill's blocks through their compiled regions (the engine's default with a
+    # compiled decode step); `eagerprefill`: eager
+    compile_prefill: bool = True
 
 
 def parse_variant(text: str) -> Variant:
@@ -110,6 +115,8 @@ def parse_variant(text: str) -> Variant:
                 v.overlap = False
             elif key == "unfused" and not eq:
                 v.fuse = False
+            elif key == "eagerprefill" and not eq:
+                v.compile_prefill = False
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -123,7 +130,7 @@ def parse_variant(text: str) -> Variant:
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, unfused, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, unfused, eagerprefill, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -267,6 +274,7 @@ def bench_engine(
         graph_kv_step=v.kv_step,
         prefill_tokens=v.prefill,
         compile_decode=v.compile,
+        compile_prefill=v.compile and v.compile_prefill,
         fused_sampling=v.fused,
         overlap_schedule=v.overlap,
         decode_attention=v.attention,
@@ -320,6 +328,7 @@ def bench_engine(
             for k in ("num_decode_steps", "num_overlapped_steps", "num_discarded_tokens")
         }
         compiled = eng.im.compiled
+        compiled_prefill = eng.im.compiled_prefill
         capture_s = float(getattr(eng.im, "capture_s", 0.0))
     finally:
         eng.stop()
@@ -349,6 +358,7 @@ def bench_engine(
         "micro": micro,
         "graphs_captured": graphs,
         "compiled": compiled,
+        "compiled_prefill": compiled_prefill,
         "compile_and_capture_s": capture_s,
         "engine_stats": stats,
         "kernels": kernels,

@@ -11,7 +11,8 @@
 # e2e5-256 e2e5-1024 moe-update moe-mlp trainer-compiled trainer-recompute decode7 decode8
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
-# bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 e2e14-sdpa e2e14-triton
+# bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
+# e2e14-triton
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -255,6 +256,13 @@ for s in "$@"; do
     stage decode-b64 240 python3 benchmarks/gpu/decode.py --batch-sizes 64 --prompt-len 128 \
       --new-tokens 256 --repeats 3 --hf static --variants graph,compile,fused,attn=triton \
       --deadline-s 200 --out "$RES"
+    ;;
+  decode15)  # the prefill's compiled regions (the default) against the eager prefill
+    # shellcheck disable=SC2086  # DECODE_BATCHES: batch sizes, space-separated
+    stage decode15 "${DECODE_TIMEOUT:-300}" python3 benchmarks/gpu/decode.py --batch-sizes ${DECODE_BATCHES:-64 256} \
+      --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
+      --variants graph,compile,fused,attn=triton graph,compile,fused,attn=triton,eagerprefill \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
     ;;
   e2e14-sdpa | e2e14-triton)  # 16x8x256 collections with each decode attention
     stage "$s" 130 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \

@@ -113,3 +113,122 @@ def test_inductor_regions_match_eager() -> None:
     got = _decode_logits(im, (3, 2), 2)
     assert im.compiled
     assert max((a - b).abs().max().item() for a, b in zip(ref, got, strict=True)) < 1e-4
+
+
+# ---- the prefill's blocks by region ----------------------------------------------------------
+
+PREFILLS: list[tuple[list[list[int]], list[int], dict]] = [
+    (PROMPTS[:4], [0, 1, 2, 3], {}),  # ragged
+    (PROMPTS[1:5], [4, 5, 6, 7], {"want_all": [True, False, False, True]}),
+    ([[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]], [0, 3, 6], {}),  # equal lengths, scattered slots
+    ([PROMPTS[0]], [1], {}),  # one prompt: eager (size 1 would specialize the trace)
+    ([[5, 4, 3, 8, 8], [6, 7, 8, 4]], [2, 5], {"starts": [3, 2]}),  # after cached prefixes
+]
+
+
+def _prefills(im: InferenceModel) -> list[torch.Tensor]:
+    """Each prefill's last logits and all-position logits, then a greedy decode step of
+    the slots it filled (which reads the K/V the prefill wrote)."""
+    out: list[torch.Tensor] = []
+    for seqs, slots, kw in PREFILLS:
+        last, full, _ = im.prefill_batch(seqs, slots, **kw)
+        out += [last, *(f for f in full if f is not None)]
+    im.prefill_batch(PROMPTS[:3], [0, 1, 2])
+    tok = torch.tensor([p[-1] for p in PROMPTS[:3]])
+    out.append(im.decode(tok, torch.tensor([len(p) for p in PROMPTS[:3]]))[0])
+    return out
+
+
+def test_one_prefill_trace_serves_every_shape_layer_and_path() -> None:
+    """Two regions (up to the attention, after it), each traced once: every batch size,
+    prompt length, layer, fresh or continued prefill reuses them, with the eager logits."""
+    loaded = build_tiny("dense", seed=6, n_layers=5)
+    ref = _prefills(InferenceModel(loaded.model, max_slots=8, capacity=64))
+    counter = CompileCounter()
+    im = InferenceModel(loaded.model, max_slots=8, capacity=64)
+    im.enable_compile_prefill(backend=counter)  # type: ignore[arg-type]
+    assert im.compiled_prefill and not im.compiled  # the decode step stays eager
+    assert im.warm_prefill() == 2 and counter.frame_count == 2
+    got = _prefills(im)
+    assert counter.frame_count == 2  # nothing compiled after the warm-up
+    assert max((a - b).abs().max().item() for a, b in zip(ref, got, strict=True)) < 1e-5
+
+
+def test_moe_blocks_and_single_prompts_prefill_eagerly() -> None:
+    loaded = build_tiny("moe", seed=2, n_layers=2)
+    eager = InferenceModel(loaded.model, max_slots=4, capacity=64)
+    counter = CompileCounter()
+    im = InferenceModel(loaded.model, max_slots=4, capacity=64)
+    im.enable_compile_prefill(backend=counter)  # type: ignore[arg-type]
+    (la, _, ea), (lb, _, eb) = (m.prefill_batch(PROMPTS[:3], [0, 1, 2]) for m in (eager, im))
+    assert counter.frame_count == 0 and not im.compiled_prefill  # MoE blocks stay eager
+    assert ea is not None and eb is not None
+    assert all(torch.equal(a, b) for a, b in zip(ea, eb, strict=True))
+    assert (la - lb).abs().max().item() < 1e-6
+
+
+def test_inductor_prefill_regions_match_eager() -> None:
+    """The real compiler: after the warm-up, ragged, equal-length and continued prefills of
+    new shapes compile nothing more."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    loaded = build_tiny("dense", seed=4, n_layers=3)
+    ref = _prefills(InferenceModel(loaded.model, max_slots=8, capacity=64))
+    counter = CompileCounterWithBackend("inductor")
+    im = InferenceModel(loaded.model, max_slots=8, capacity=64)
+    im.enable_compile_prefill(backend=counter)  # type: ignore[arg-type]
+    im.warm_prefill()
+    got = _prefills(im)
+    assert counter.frame_count == 2 and im.compiled_prefill
+    assert max((a - b).abs().max().item() for a, b in zip(ref, got, strict=True)) < 1e-4
+
+
+def test_a_prefill_compile_failure_falls_back_to_eager() -> None:
+    loaded = build_tiny("dense", seed=1, n_layers=2)
+    ref = InferenceModel(loaded.model, max_slots=4, capacity=64).prefill_batch(
+        PROMPTS[:3], [0, 1, 2]
+    )
+
+    def broken(gm, example_inputs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no compiler here")
+
+    im = InferenceModel(loaded.model, max_slots=4, capacity=64)
+    im.enable_compile_prefill(backend=broken)  # type: ignore[arg-type]
+    got = im.prefill_batch(PROMPTS[:3], [0, 1, 2])
+    assert not im.compiled_prefill  # eager from then on
+    assert (ref[0] - got[0]).abs().max().item() < 1e-6
+
+
+def test_an_engine_compiles_its_prefill_in_the_warm_up_not_at_admission(monkeypatch) -> None:
+    """``compile_prefill``: the run's warm-up compiles the prefill regions; the requests
+    after it (new prompt shapes, a shared prefix) compile nothing and decode the eager
+    engine's greedy tokens."""
+    httpx = pytest.importorskip("httpx")
+    from runtime.engines.embedded.engine import Engine
+    from runtime.engines.embedded.inprocess import InProcessServer
+
+    counter = CompileCounter()
+    enable = InferenceModel.enable_compile_prefill
+    monkeypatch.setattr(
+        InferenceModel,
+        "enable_compile_prefill",
+        lambda self, mode=None, backend="inductor": enable(self, mode, counter),  # type: ignore[arg-type]
+    )
+    greedy = {"temperature": 0.0, "max_new_tokens": 4}
+    body = {"input_ids": [[5, 6, 7, 9, 9], [8, 9], [5, 6, 7, 1]], "sampling_params": greedy}
+    assert Engine(build_tiny("dense"), model_path="t", context_length=32).compile_prefill is False
+    outs = []
+    for compiled in (False, True):
+        loaded = build_tiny("dense", seed=8, n_layers=3)
+        with InProcessServer(
+            loaded, max_running_requests=4, context_length=64, compile_prefill=compiled
+        ) as srv:
+            if compiled:
+                result = srv.engine.warm_up([SamplingParams(temperature=0.0)])
+                assert result["success"] and result["compiled_prefill"], result
+                assert counter.frame_count == 2
+            r = httpx.post(srv.url + "/generate", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            outs.append([o["output_ids"] for o in r.json()])
+    assert counter.frame_count == 2
+    assert outs[0] == outs[1]

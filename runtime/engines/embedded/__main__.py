@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the decode step without torch.compile",
     )
     p.add_argument(
+        "--compile-prefill",
+        dest="compile_prefill",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the prefill's blocks by region (default: with the compiled "
+        "decode step; falls back to eager if compilation fails)",
+    )
+    p.add_argument(
         "--fused-sampling",
         dest="fused_sampling",
         action=argparse.BooleanOptionalAction,
@@ -298,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         graph_kv_step=args.cuda_graph_kv_step,
         prefill_tokens=args.prefill_tokens,
         compile_decode=args.compile_decode,
+        compile_prefill=args.compile_prefill,
         fused_sampling=args.fused_sampling,
         overlap_schedule=args.overlap_schedule,
         max_mamba_cache_size=args.max_mamba_cache_size,

@@ -264,6 +264,7 @@ class Engine:
         prefill_tokens: int = 16384,
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
+        compile_prefill: bool | None = None,
         profile: bool = False,
         fused_sampling: bool | None = None,
         max_mamba_cache_size: int | None = None,
@@ -343,6 +344,14 @@ class Engine:
                 self.im.enable_compile()
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
+        # the prefill's blocks compiled by region: on with the compiled decode by default
+        compile_prefill = compile_decode if compile_prefill is None else compile_prefill
+        self.compile_prefill = compile_prefill
+        if compile_prefill:
+            try:
+                self.im.enable_compile_prefill()
+            except Exception as exc:  # torch.compile unavailable: stay eager
+                log.warning("torch.compile of the prefill disabled: %s", exc)
         if cuda_graph:
             try:
                 self.im.enable_cuda_graphs(kv_step=graph_kv_step, max_bs=cuda_graph_max_bs)
@@ -633,6 +642,8 @@ class Engine:
         for op in ops:
             t0 = time.perf_counter()
             try:
+                # the prefill regions first: a run's first admission must not compile
+                prefill_warmed = self.im.warm_prefill()
                 if self.fused_sampling:
                     graphs = self.im.warm_step_graphs(op.modes, op.max_kv_len)
                 else:
@@ -641,6 +652,7 @@ class Engine:
                     "success": True,
                     "modes": list(op.modes),
                     "graphs": graphs,
+                    "compiled_prefill": bool(prefill_warmed),
                     "seconds": round(time.perf_counter() - t0, 3),
                 }
             except Exception as exc:

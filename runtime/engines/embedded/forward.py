@@ -319,6 +319,8 @@ class InferenceModel:
         self._rope_alias: dict[int, int] = {}  # id(layer.rope) -> its shared table's key
         # compiled regions of the decode step (``enable_compile``): "layer", "logits", "sample"
         self._regions: dict[str, Any] = {}
+        # compiled regions of the prefill's blocks (``enable_compile_prefill``): "qkv", "tail"
+        self._prefill_regions: dict[str, Any] = {}
         self.graph_batch_sizes: list[int] = []
         self.graph_kv_step = 0
         self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor, Any]] = {}
@@ -456,7 +458,7 @@ class InferenceModel:
         self,
         layer: _Layer,
         x: torch.Tensor,
-        positions: torch.Tensor,
+        positions: torch.Tensor | None,
         rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Projected, normed, rotated ``q, k, v`` as ``(B, T, H, D)``; ``rope_rows`` (from
@@ -484,7 +486,11 @@ class InferenceModel:
             if attn.k_norm is not None:
                 k = attn.k_norm(k)
         if layer.rope is not None:
-            rows = rope_rows if rope_rows is not None else self._rope_rows(layer, positions)
+            if rope_rows is None:
+                assert positions is not None  # the caller passes one or the other
+                rows = self._rope_rows(layer, positions)
+            else:
+                rows = rope_rows
             assert rows is not None  # the layer has RoPE
             s, c = rows
             if layer.rope.full_precision:
@@ -552,20 +558,28 @@ class InferenceModel:
                 dense = h + layer.ffn_norm(self._ffn(layer, h))
             return sparse + dense
 
+        a_in = x if layer.kind == "post" else layer.attn_norm(x)
+        return self._residual_tail(layer, x, attention(a_in), routed)
+
+    def _residual_tail(
+        self, layer: _Layer, x: torch.Tensor, att_out: torch.Tensor, routed: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """A non-hybrid block after its attention: ``att_out`` is the projected attention
+        of the block's attention input (``x`` itself for post-norm blocks, else
+        ``attn_norm(x)``); residual adds, norms by placement, feed-forward or MoE."""
+
         def ff(inp: torch.Tensor) -> torch.Tensor:
             if layer.moe is not None:
                 return self._moe(layer, inp, routed)
             return self._ffn(layer, inp)
 
         if layer.kind == "pre":
-            h = torch.add(x, attention(layer.attn_norm(x)), alpha=layer.attn_alpha)
+            h = torch.add(x, att_out, alpha=layer.attn_alpha)
             return torch.add(h, ff(layer.ffn_norm(h)), alpha=layer.ffn_alpha)
         if layer.kind == "post":
-            h = torch.add(x, layer.attn_norm(attention(x)), alpha=layer.attn_alpha)
+            h = torch.add(x, layer.attn_norm(att_out), alpha=layer.attn_alpha)
             return torch.add(h, layer.ffn_norm(ff(h)), alpha=layer.ffn_alpha)
-        h = torch.add(
-            x, layer.post_attn_norm(attention(layer.attn_norm(x))), alpha=layer.attn_alpha
-        )
+        h = torch.add(x, layer.post_attn_norm(att_out), alpha=layer.attn_alpha)
         return torch.add(h, layer.post_ffn_norm(ff(layer.ffn_norm(h))), alpha=layer.ffn_alpha)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -697,11 +711,7 @@ class InferenceModel:
                     masks[w] = m & key_ok if key_ok is not None else m
             return masks[w]
 
-        def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
-            if layer.gdn:
-                assert self.recurrent is not None
-                return self.recurrent.prefill(layer.index, inp, lens, slots)
-            q, k, v = self._qkv(layer, inp, positions)
+        def core(layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             li = layer.index
             kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
             if slot_index is None:
@@ -711,7 +721,7 @@ class InferenceModel:
                 self.k_cache[li][slot_index, :, :t] = kt
                 self.v_cache[li][slot_index, :, :t] = vt
             mask = mask_for(layer.window)
-            att = F.scaled_dot_product_attention(
+            return F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 kt,
                 vt,
@@ -720,9 +730,8 @@ class InferenceModel:
                 scale=layer.scale,
                 enable_gqa=layer.gqa,
             )
-            return self._attn_out(layer, inp, att)
 
-        return self._prefill_head(ids, attend, lens, want_all)
+        return self._prefill_head(ids, positions, core, lens, want_all, slots)
 
     def _prefill_continued(
         self,
@@ -753,8 +762,7 @@ class InferenceModel:
         write_pos = positions[write_rows, write_cols]
         masks: dict[int | None, torch.Tensor] = {}
 
-        def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
-            q, k, v = self._qkv(layer, inp, positions)
+        def core(layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             li = layer.index
             kc, vc = self.k_cache[li], self.v_cache[li]
             # every row's new entries in one scatter per cache (not one per row)
@@ -764,7 +772,7 @@ class InferenceModel:
             if w not in masks:
                 m = key_ok if w is None else key_ok & (dist < w)
                 masks[w] = m.unsqueeze(1)  # (B, 1, T, K)
-            att = F.scaled_dot_product_attention(
+            return F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 kc[slot_index, :, :kv_t],
                 vc[slot_index, :, :kv_t],
@@ -772,24 +780,52 @@ class InferenceModel:
                 scale=layer.scale,
                 enable_gqa=layer.gqa,
             )
-            return self._attn_out(layer, inp, att)
 
-        return self._prefill_head(ids, attend, lens, want_all)
+        return self._prefill_head(ids, positions, core, lens, want_all, slots)
 
     def _prefill_head(
         self,
         ids: torch.Tensor,
-        attend: Callable[[_Layer, torch.Tensor], torch.Tensor],
+        positions: torch.Tensor,
+        core: Callable[[_Layer, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
         lens: list[int],
         want_all: list[bool] | None,
+        slots: list[int],
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
-        """The blocks over ``ids`` with ``attend``, then last / all-position logits, experts."""
+        """The blocks over ``ids`` (at ``positions``, ``(B, T)``), then last / all-position
+        logits and experts. ``core(layer, q, k, v)`` writes the layer's cache and returns
+        its attention ``(B, H, T, D)``; everything around it is the same for a fresh and a
+        continued prefill, and runs through the compiled prefill regions when they are on
+        (``enable_compile_prefill``)."""
         bsz, t = ids.shape
         dev = self.device
         routed: list[torch.Tensor] = []
+        ropes: dict[int, tuple[torch.Tensor, torch.Tensor] | None] = {}
+
+        def rope_rows(layer: _Layer) -> tuple[torch.Tensor, torch.Tensor] | None:
+            """One gather of the positions' sin/cos rows per distinct table, not per layer."""
+            if layer.rope is None:
+                return None
+            key = self._rope_key(layer)
+            if key not in ropes:
+                ropes[key] = self._rope_rows(layer, positions)
+            return ropes[key]
+
+        def attend(layer: _Layer, inp: torch.Tensor) -> torch.Tensor:
+            if layer.gdn:
+                assert self.recurrent is not None
+                return self.recurrent.prefill(layer.index, inp, lens, slots)
+            q, k, v = self._qkv(layer, inp, positions, rope_rows(layer))
+            return self._attn_out(layer, inp, core(layer, q, k, v))
+
+        # size 1 in either dim would specialize the shape-dynamic regions: those stay eager
+        compiled = bool(self._prefill_regions) and bsz >= 2 and t >= 2
         h = self._embed(ids)
         for layer in self.layers:
-            h = self._block(layer, h, attend, routed)
+            if compiled and self._prefill_compilable(layer):
+                h = self._compiled_prefill_layer(layer, h, rope_rows(layer), core)
+            else:
+                h = self._block(layer, h, attend, routed)
         last_idx = torch.tensor([n - 1 for n in lens], device=dev)
         last = self._head(h[torch.arange(bsz, device=dev), last_idx])  # (B, V)
         full: list[torch.Tensor | None] = [None] * bsz
@@ -801,6 +837,104 @@ class InferenceModel:
             ex = torch.stack(routed, dim=1).view(bsz, t, len(routed), -1)  # (B, T, L, k)
             experts = [ex[b, : lens[b]] for b in range(bsz)]
         return last, full, experts
+
+    # ---- compiled prefill (``enable_compile_prefill``) --------------------------------------
+
+    @staticmethod
+    def _prefill_compilable(layer: _Layer) -> bool:
+        """Attention blocks with a dense feed-forward: MoE routing is data-dependent and a
+        GatedDeltaNet layer runs its own recurrence, so those stay eager."""
+        return not layer.gdn and not layer.hybrid and layer.moe is None
+
+    def _prefill_qkv(
+        self,
+        layer: _Layer,
+        x: torch.Tensor,
+        sin: torch.Tensor | None,
+        cos: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A prefill block up to its attention: the attention input, then normed, rotated
+        ``q, k, v`` ``(B, T, H, D)``. The norm, the q/k norms and RoPE fuse around the one
+        projection (eagerly each is a kernel over whole fp32 activations)."""
+        a_in = x if layer.kind == "post" else layer.attn_norm(x)
+        rows = None if sin is None or cos is None else (sin, cos)
+        q, k, v = self._qkv(layer, a_in, None, rows)
+        return a_in, q, k, v
+
+    def _prefill_tail(
+        self, layer: _Layer, x: torch.Tensor, a_in: torch.Tensor, att: torch.Tensor
+    ) -> torch.Tensor:
+        """A prefill block after its attention ``att`` (``(B, T, H, D)``, contiguous):
+        output projection, residual adds, norms and the feed-forward."""
+        return self._residual_tail(layer, x, self._attn_out(layer, a_in, att.transpose(1, 2)), [])
+
+    def _compiled_prefill_layer(
+        self,
+        layer: _Layer,
+        x: torch.Tensor,
+        rows: tuple[torch.Tensor, torch.Tensor] | None,
+        core: Callable[[_Layer, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """One prefill block as two compiled regions around the eager cache write and
+        attention (``core``). Batch and length are dynamic from the first compile, so one
+        trace serves every admission's shape and every layer wired the same way."""
+        from torch import _dynamo
+
+        sin, cos = rows if rows is not None else (None, None)
+        for tensor in (x, sin, cos):
+            if tensor is not None:
+                _dynamo.maybe_mark_dynamic(tensor, 0)
+                _dynamo.maybe_mark_dynamic(tensor, 1)
+        a_in, q, k, v = self._prefill_region("qkv", self._prefill_qkv, layer, x, sin, cos)
+        # one layout whichever SDPA kernel ran (flash and efficient attention already give
+        # it, so this copies nothing there): the tail's guards never see another stride
+        att = core(layer, q, k, v).transpose(1, 2).contiguous()
+        _dynamo.maybe_mark_dynamic(att, 0)
+        _dynamo.maybe_mark_dynamic(att, 1)
+        out: torch.Tensor = self._prefill_region("tail", self._prefill_tail, layer, x, a_in, att)
+        return out
+
+    def _prefill_region(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` through its compiled prefill region; neither region writes any
+        state, so on a compile failure it reruns eagerly and prefill stays eager."""
+        compiled = self._prefill_regions.get(name)
+        if compiled is not None:
+            try:
+                return compiled(*args)
+            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
+                log.warning("torch.compile of the prefill failed, running eagerly: %s", exc)
+                self._prefill_regions = {}
+        return fn(*args)
+
+    def enable_compile_prefill(self, mode: str | None = None, backend: str = "inductor") -> None:
+        """Compile the prefill's blocks by region (``_compiled_prefill_layer``): eagerly,
+        every norm, RoPE rotation, residual add and activation of a prefill is its own
+        kernel over the whole batch's activations (at 64 prompts of 128 tokens on the
+        1.48B model: 72.5 GB moved in 878 op calls beside 17.6 TFLOP of matrix products;
+        ``benchmarks/prefill_traffic.py``)."""
+        from runtime.compile_settings import prepare_compile
+
+        if not any(self._prefill_compilable(layer) for layer in self.layers):
+            return  # an all-MoE (or all-recurrent) model: nothing for the regions to serve
+        prepare_compile(512)
+        self._prefill_regions = {
+            name: torch.compile(fn, mode=mode, backend=backend)
+            for name, fn in (("qkv", self._prefill_qkv), ("tail", self._prefill_tail))
+        }
+
+    @property
+    def compiled_prefill(self) -> bool:
+        return bool(self._prefill_regions)
+
+    def warm_prefill(self) -> int:
+        """Compile the prefill regions now, on two padding prompts in slots 0 and 1 (call
+        it with no request running), so no admission compiles mid-run. Batch 2 and length
+        3: sizes that equal nothing else in the trace, so the one shape-dynamic compile
+        assumes no relation between batch and length. Returns the prompts prefilled."""
+        if not self._prefill_regions or self.max_slots < 2 or self.capacity < 3:
+            return 0
+        self.prefill_batch([[0, 0, 0], [0, 0]], [0, 1])
+        return 2
 
     @torch.inference_mode()
     def decode(
