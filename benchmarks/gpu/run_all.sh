@@ -12,7 +12,7 @@
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
-# e2e14-triton
+# e2e14-triton prefill15
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -263,6 +263,10 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
       --variants graph,compile,fused,attn=triton graph,compile,fused,attn=triton,eagerprefill \
       --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
+    ;;
+  prefill15)  # the prefill forward alone, eager against its compiled regions, 1.48B model
+    stage prefill15 "${PREFILL_TIMEOUT:-150}" python3 benchmarks/prefill_compile.py \
+      --shapes 64x128 64x128/r 256x128 16x512 --repeats 5 --out "$RES/prefill_compile.json"
     ;;
   e2e14-sdpa | e2e14-triton)  # 16x8x256 collections with each decode attention
     stage "$s" 130 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
