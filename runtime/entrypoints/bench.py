@@ -97,6 +97,10 @@ def table(data: dict[str, Any]) -> str:
             lines.append(f"  {p['name']:<28}{float(p['seconds']):>9.1f} s")
         if st.get("graphs") is not None:
             lines.append(f"  decode graphs captured before the first collection: {st['graphs']}")
+        if st.get("prefill_compile_s"):
+            lines.append(
+                f"  of that warm-up, the prefill's compile: {st['prefill_compile_s']:.1f} s"
+            )
     steady = f"steady (median of {max(n - 1, 0)})"
     lines.append(f"{'phase':<22}{'first collection':>18}{steady:>24}")
     for key, label in PHASES:

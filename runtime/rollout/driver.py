@@ -892,6 +892,10 @@ def _warm_up(
         return
     startup.mark("decode graph warm-up" if embedded else "trainer warm-up")
     startup.details["graphs"] = sum(int(a.get("graphs") or 0) for a in answers.values())
+    # of the warm-up, the prefill's compile (the slowest engine's): no admission compiles
+    prefill_s = [float(a.get("prefill_compile_s") or 0.0) for a in answers.values()]
+    if any(prefill_s):
+        startup.details["prefill_compile_s"] = round(max(prefill_s), 2)
     if trainer_s is not None:
         startup.details["trainer_warm_up_rows"] = rows
         startup.details["trainer_warm_up_s"] = round(trainer_s, 2)

@@ -76,3 +76,16 @@ def test_process_start_time_is_this_process() -> None:
     assert started is not None
     assert time.time() - 24 * 3600 < started <= time.time()
     assert phase_line([{"name": "model", "seconds": 1.234}]) == "model 1.2s"
+
+
+def test_bench_table_names_the_prefill_compile_inside_the_warm_up(tmp_path: Path) -> None:
+    clock = StartupClock.from_env({})
+    clock.mark("engines ready")
+    clock.mark("decode graph warm-up")
+    clock.details.update(graphs=24, prefill_compile_s=3.25)
+    clock.write(tmp_path)
+    rows = [{"collection": 0, "time/collection_s": 2.0, "tokens/generated": 10, "tokens/total": 30}]
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    text = table(bench(tmp_path, gpus=1))
+    assert "decode graphs captured before the first collection: 24" in text
+    assert "of that warm-up, the prefill's compile: 3.2 s" in text

@@ -644,6 +644,7 @@ class Engine:
             try:
                 # the prefill regions first: a run's first admission must not compile
                 prefill_warmed = self.im.warm_prefill()
+                prefill_s = time.perf_counter() - t0
                 if self.fused_sampling:
                     graphs = self.im.warm_step_graphs(op.modes, op.max_kv_len)
                 else:
@@ -653,6 +654,7 @@ class Engine:
                     "modes": list(op.modes),
                     "graphs": graphs,
                     "compiled_prefill": bool(prefill_warmed),
+                    "prefill_compile_s": round(prefill_s, 3) if prefill_warmed else 0.0,
                     "seconds": round(time.perf_counter() - t0, 3),
                 }
             except Exception as exc:
