@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import threading
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -17,6 +18,14 @@ MAX_EXPRESSION_CHARS = 512
 MAX_EXPONENT = 256
 MAX_DIGITS = 400  # |result| and every intermediate value stay below 10**MAX_DIGITS
 _LIMIT = 10**MAX_DIGITS
+
+
+# CPython 3.11 keeps ``ast.parse``'s depth count for building the tree's Python objects in
+# one per-interpreter field: when a garbage collection during that build runs a finalizer
+# and the thread switches to another parse, both counts mix and one parse fails with
+# "SystemError: AST constructor recursion depth mismatch". Multi-turn episodes call the
+# tool from a pool of threads, so parses take turns (each is microseconds).
+_PARSE_LOCK = threading.Lock()
 
 
 class CalculatorError(ValueError):
@@ -137,7 +146,8 @@ def calculate(expression: str) -> str:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(text, mode="eval")
+        with _PARSE_LOCK:
+            tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise CalculatorError(f"not an arithmetic expression: {expression.strip()!r}") from None
     except (ValueError, RecursionError, MemoryError):

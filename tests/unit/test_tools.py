@@ -119,3 +119,45 @@ def test_toolbox_names_its_tools() -> None:
     with pytest.raises(ValueError, match="unknown tool"):
         ToolBox(["search"], ExecutorSettings())
     box.close()
+
+
+def test_calculator_calls_from_many_threads_with_collections_running() -> None:
+    """Episodes call the tool from a thread pool. On CPython 3.11, a garbage collection
+    that runs a finalizer while ``ast.parse`` builds its tree lets another thread's parse
+    mix into its depth count ("SystemError: AST constructor recursion depth mismatch"):
+    garbage with finalizers and a short switch interval make that near-certain here."""
+    import gc
+    import sys
+    import threading
+
+    class Finalized:
+        def __del__(self) -> None:
+            sum(range(50))
+
+    old_interval, old_threshold = sys.getswitchinterval(), gc.get_threshold()
+    sys.setswitchinterval(1e-6)
+    gc.set_threshold(50, 1, 1)
+    errors: list[BaseException] = []
+    expression = "(" * 40 + "1+2*(3-4)" + ")" * 40
+
+    def work() -> None:
+        for _ in range(1500):
+            cycle: list[object] = [Finalized(), Finalized()]
+            cycle.append(cycle)
+            del cycle
+            try:
+                assert calculate(expression) == "-1"
+            except BaseException as exc:  # the test reports any failure, SystemError too
+                errors.append(exc)
+                return
+
+    try:
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old_interval)
+        gc.set_threshold(*old_threshold)
+    assert errors == []
