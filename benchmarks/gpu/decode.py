@@ -24,8 +24,8 @@ engine's ``--attention-backend flex_attention``), ``attn=triton`` (the split-KV 
 each row reads exactly its own entries, one graph per batch size; ``--attention-backend
 triton``), ``unfused`` (q/k/v and the
 feed-forward's gate/up as separate matrix products, as before the engine merged them),
-``eagerprefill`` (with ``compile``: the prefill's blocks run eagerly, where by default they
-run through their compiled regions).
+``compileprefill`` (the prefill's blocks through their compiled regions, the engine's
+``--compile-prefill``; eager otherwise).
 Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
@@ -93,9 +93,9 @@ class Variant:
     overlap: bool = True  # with `fused`: launch step N+1 before reading step N (`nooverlap`)
     attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode; `attn=triton`
     fuse: bool = True  # q/k/v and gate/up as one product each; `unfused`: separate products
-    # the prefill's blocks through their compiled regions (the engine's default with a
-    # compiled decode step); `eagerprefill`: eager
-    compile_prefill: bool = True
+    # the prefill's blocks through their compiled regions (`compileprefill`; the engine's
+    # --compile-prefill)
+    compile_prefill: bool = False
 
 
 def parse_variant(text: str) -> Variant:
@@ -115,8 +115,8 @@ def parse_variant(text: str) -> Variant:
                 v.overlap = False
             elif key == "unfused" and not eq:
                 v.fuse = False
-            elif key == "eagerprefill" and not eq:
-                v.compile_prefill = False
+            elif key == "compileprefill" and not eq:
+                v.compile_prefill = True
             elif key == "kv_step" and eq:
                 v.kv_step = int(value)
             elif key == "prefill" and eq:
@@ -130,7 +130,7 @@ def parse_variant(text: str) -> Variant:
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, unfused, eagerprefill, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, unfused, compileprefill, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -274,7 +274,7 @@ def bench_engine(
         graph_kv_step=v.kv_step,
         prefill_tokens=v.prefill,
         compile_decode=v.compile,
-        compile_prefill=v.compile and v.compile_prefill,
+        compile_prefill=v.compile_prefill,
         fused_sampling=v.fused,
         overlap_schedule=v.overlap,
         decode_attention=v.attention,

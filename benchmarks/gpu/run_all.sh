@@ -257,11 +257,11 @@ for s in "$@"; do
       --new-tokens 256 --repeats 3 --hf static --variants graph,compile,fused,attn=triton \
       --deadline-s 200 --out "$RES"
     ;;
-  decode15)  # the prefill's compiled regions (the default) against the eager prefill
+  decode15)  # the prefill's compiled regions (--compile-prefill) against the eager prefill
     # shellcheck disable=SC2086  # DECODE_BATCHES: batch sizes, space-separated
     stage decode15 "${DECODE_TIMEOUT:-300}" python3 benchmarks/gpu/decode.py --batch-sizes ${DECODE_BATCHES:-64 256} \
       --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
-      --variants graph,compile,fused,attn=triton graph,compile,fused,attn=triton,eagerprefill \
+      --variants graph,compile,fused,attn=triton,compileprefill graph,compile,fused,attn=triton \
       --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
     ;;
   prefill15)  # the prefill forward alone, eager against its compiled regions, 1.48B model

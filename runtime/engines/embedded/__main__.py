@@ -135,10 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile-prefill",
         dest="compile_prefill",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile the prefill's blocks by region (default: with the compiled "
-        "decode step; falls back to eager if compilation fails)",
+        action="store_true",
+        help="torch.compile the prefill's blocks by region, shape-dynamic, compiled in the "
+        "warm-up (falls back to eager if compilation fails)",
     )
     p.add_argument(
         "--fused-sampling",

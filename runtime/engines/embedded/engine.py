@@ -264,7 +264,7 @@ class Engine:
         prefill_tokens: int = 16384,
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
-        compile_prefill: bool | None = None,
+        compile_prefill: bool = False,
         profile: bool = False,
         fused_sampling: bool | None = None,
         max_mamba_cache_size: int | None = None,
@@ -344,8 +344,8 @@ class Engine:
                 self.im.enable_compile()
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
-        # the prefill's blocks compiled by region: on with the compiled decode by default
-        compile_prefill = compile_decode if compile_prefill is None else compile_prefill
+        # the prefill's blocks compiled by region: opt-in until measured on a GPU (on the
+        # CPU 1.03-1.15x the eager prefill, docs/benchmarks.md)
         self.compile_prefill = compile_prefill
         if compile_prefill:
             try:
