@@ -345,7 +345,7 @@ class Engine:
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
         # the prefill's blocks compiled by region: opt-in until measured on a GPU (on the
-        # CPU 1.03-1.15x the eager prefill, docs/benchmarks.md)
+        # CPU 1.03-1.32x the eager prefill, docs/benchmarks.md)
         self.compile_prefill = compile_prefill
         if compile_prefill:
             try:
