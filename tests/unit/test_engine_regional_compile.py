@@ -5,6 +5,8 @@ step token for token; one case runs Inductor itself."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -233,3 +235,46 @@ def test_an_engine_compiles_its_prefill_in_the_warm_up_not_at_admission(monkeypa
             outs.append([o["output_ids"] for o in r.json()])
     assert counter.frame_count == 2
     assert outs[0] == outs[1]
+
+
+def _variant(block: str, **attention: object) -> Any:
+    """The tiny dense model with another block type or attention option."""
+    from olmo_core.nn.transformer import TransformerBlockType
+
+    from runtime.engines.embedded.tiny import tiny_config
+
+    cfg = tiny_config("dense")
+    cfg.block.name = TransformerBlockType(block)
+    for key, value in attention.items():
+        setattr(cfg.block.sequence_mixer, key, value)
+    torch.manual_seed(11)
+    return cfg.build(init_device="cpu").eval()
+
+
+@pytest.mark.parametrize(
+    ("block", "attention"),
+    [
+        ("default", {}),  # pre-norm
+        ("peri_norm", {}),
+        ("reordered_norm", {"gate": "headwise"}),
+        ("reordered_norm", {"gate": "elementwise"}),
+        ("reordered_norm", {"use_head_qk_norm": True}),
+    ],
+)
+def test_prefill_regions_serve_every_block_wiring(block: str, attention: dict) -> None:
+    """Pre-, post- and peri-norm blocks, gated attention and per-head q/k norms: the two
+    regions give the model's own last-position logits, one trace for all layers."""
+    from olmo_core.nn.attention import GateConfig, GateGranularity
+
+    if "gate" in attention:
+        attention = {"gate": GateConfig(granularity=GateGranularity(attention["gate"]))}
+    model = _variant(block, **attention)
+    counter = CompileCounter()
+    im = InferenceModel(model, max_slots=4, capacity=64)
+    im.enable_compile_prefill(backend=counter)  # type: ignore[arg-type]
+    last, _, _ = im.prefill_batch(PROMPTS[:4], [0, 1, 2, 3])
+    assert counter.frame_count == 2
+    with torch.no_grad():
+        for b, ids in enumerate(PROMPTS[:4]):
+            ref = model(torch.tensor([ids]))[0, -1]
+            assert (last[b] - ref).abs().max().item() < 1e-4, (block, b)
