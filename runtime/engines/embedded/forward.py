@@ -210,6 +210,21 @@ def _block_layer(block: Any) -> _Layer:
     return layer
 
 
+def _through_region(
+    regions: dict[str, Any], what: str, name: str, fn: Callable[..., Any], *args: Any
+) -> Any:
+    """``fn(*args)`` through ``regions[name]`` when compiled; on any dynamo/inductor failure
+    ``fn`` reruns eagerly and ``regions`` is emptied (eager from then on)."""
+    compiled = regions.get(name)
+    if compiled is not None:
+        try:
+            return compiled(*args)
+        except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
+            log.warning("torch.compile of the %s failed, running eagerly: %s", what, exc)
+            regions.clear()
+    return fn(*args)
+
+
 def _expert_weights(experts: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Expert weights as ``(E, d, h)``, ``(E, d, h)``, ``(E, h, d)`` for both MLP layouts."""
     from olmo_core.nn.moe.mlp import DroplessMoEMLP
@@ -897,14 +912,7 @@ class InferenceModel:
     def _prefill_region(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` through its compiled prefill region; neither region writes any
         state, so on a compile failure it reruns eagerly and prefill stays eager."""
-        compiled = self._prefill_regions.get(name)
-        if compiled is not None:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
-                log.warning("torch.compile of the prefill failed, running eagerly: %s", exc)
-                self._prefill_regions = {}
-        return fn(*args)
+        return _through_region(self._prefill_regions, "prefill", name, fn, *args)
 
     def enable_compile_prefill(self, mode: str | None = None, backend: str = "inductor") -> None:
         """Compile the prefill's blocks by region (``_compiled_prefill_layer``): eagerly,
@@ -1077,14 +1085,7 @@ class InferenceModel:
         """``fn(*args)`` through its compiled region when compiling is on. Dynamo and
         Inductor fail before a region runs, so on any failure the region reruns eagerly
         (its cache writes happen once) and the engine stays eager from then on."""
-        compiled = self._regions.get(name)
-        if compiled is not None:
-            try:
-                return compiled(*args)
-            except Exception as exc:  # any dynamo/inductor failure: stay eager from now on
-                log.warning("torch.compile of the decode step failed, running eagerly: %s", exc)
-                self._regions.clear()
-        return fn(*args)
+        return _through_region(self._regions, "decode step", name, fn, *args)
 
     # ---- CUDA graphs (optional, dense models on GPU) -----------------------------------------
 
