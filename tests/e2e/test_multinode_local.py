@@ -88,7 +88,9 @@ def signal_node_after(
         len({r["collection"] for r in records(root)} if (root / "metrics.jsonl").exists() else ())
         < collections
     ):
-        assert proc.poll() is None and time.monotonic() < deadline, "nodes ended early"
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            code, out = finish(proc, timeout=60)
+            raise AssertionError(f"nodes ended early (code {code}):\n{out[-4000:]}")
         time.sleep(0.2)
     import os
 
