@@ -12,7 +12,7 @@
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
-# e2e14-triton prefill15
+# e2e14-triton prefill15 prefill-test
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -263,6 +263,10 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
       --variants graph,compile,fused,attn=triton,compileprefill graph,compile,fused,attn=triton \
       --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
+    ;;
+  prefill-test)  # the compiled prefill regions against eager on the GPU, bf16
+    stage prefill-test 150 python3 -m pytest -q -p no:cacheprovider \
+      tests/unit/test_engine_regional_compile.py -k cuda_prefill
     ;;
   prefill15)  # the prefill forward alone, eager against its compiled regions, 1.48B model
     stage prefill15 "${PREFILL_TIMEOUT:-150}" python3 benchmarks/prefill_compile.py \

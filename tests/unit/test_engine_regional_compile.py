@@ -278,3 +278,23 @@ def test_prefill_regions_serve_every_block_wiring(block: str, attention: dict) -
         for b, ids in enumerate(PROMPTS[:4]):
             ref = model(torch.tensor([ids]))[0, -1]
             assert (last[b] - ref).abs().max().item() < 1e-4, (block, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA prefill regions need a GPU")
+def test_cuda_prefill_regions_match_eager_in_bf16() -> None:
+    """On a GPU in bf16 (Inductor's Triton kernels; flash attention for the equal-length
+    prefill, masked attention for the ragged and windowed ones): the eager logits within
+    bf16 rounding, and no compile after the warm-up."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    loaded = build_tiny("dense", seed=4, n_layers=4)
+    model = loaded.model.to("cuda", torch.bfloat16)
+    ref = _prefills(InferenceModel(model, max_slots=8, capacity=64, device="cuda"))
+    counter = CompileCounterWithBackend("inductor")
+    im = InferenceModel(model, max_slots=8, capacity=64, device="cuda")
+    im.enable_compile_prefill(backend=counter)  # type: ignore[arg-type]
+    im.warm_prefill()
+    got = _prefills(im)
+    assert counter.frame_count == 2 and im.compiled_prefill
+    for a, b in zip(ref, got, strict=True):
+        torch.testing.assert_close(b.float(), a.float(), atol=0.05, rtol=0.05)
