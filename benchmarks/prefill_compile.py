@@ -1,13 +1,15 @@
 """The engine's prefill forward, eager against its compiled regions, on the same model.
 
 ``InferenceModel.prefill_batch`` over random prompts of each ``--shapes`` entry (``BxT``:
-B prompts of T tokens; ``BxT/r``: ragged, lengths spread evenly over T/2..T), first
+B prompts of T tokens; ``BxT/r``: ragged, lengths spread evenly over T/2..T; ``BxT@P``: T
+new tokens in each row after a P-token prefix its slot already holds, the continued
+prefill that prompts sharing a chat template take after the prefix cache), first
 eagerly, then through the compiled prefill regions (``enable_compile_prefill``): the best
 and median of ``--repeats`` timed calls after one untimed call per shape, the time of the
 first compiled call (the regions' compile, from an empty or a warm Inductor cache), and
 the largest difference of the last-position logits between the two on the same prompts.
 
-    python benchmarks/prefill_compile.py --shapes 64x128 256x128 64x128/r   # a GPU
+    python benchmarks/prefill_compile.py --shapes 64x128 256x128 64x128/r 16x128@512  # a GPU
     .venv/bin/python benchmarks/prefill_compile.py --source builtin:small --shapes 8x64
 
 Prints a table last and writes JSON (``--out``).
@@ -19,6 +21,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +32,36 @@ sys.path.insert(0, str(ROOT))
 from results_file import write_results  # noqa: E402
 
 
-def parse_shape(text: str) -> tuple[int, int, bool]:
-    """``64x128`` -> (64, 128, False); ``64x128/r`` -> ragged."""
-    body, _, flag = text.partition("/")
+@dataclass(frozen=True)
+class Shape:
+    """``BxT[/r][@P]``: B rows of T new tokens (ragged: T/2..T), after a P-token prefix."""
+
+    rows: int
+    tokens: int
+    ragged: bool = False
+    prefix: int = 0
+
+    def __str__(self) -> str:
+        text = f"{self.rows}x{self.tokens}{'/r' if self.ragged else ''}"
+        return text + (f"@{self.prefix}" if self.prefix else "")
+
+
+def parse_shape(text: str) -> Shape:
+    """``64x128`` -> Shape(64, 128); ``64x128/r`` -> ragged; ``16x128@512`` -> continued."""
+    body, _, prefix = text.partition("@")
+    body, _, flag = body.partition("/")
     b, _, t = body.partition("x")
-    if flag not in ("", "r") or not b.isdigit() or not t.isdigit() or int(b) < 1 or int(t) < 2:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: expected BxT or BxT/r (T >= 2)")
-    return int(b), int(t), flag == "r"
+    numbers = (b, t, prefix or "0")
+    if flag not in ("", "r") or not all(n.isdigit() for n in numbers) or int(b) < 1 or int(t) < 2:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: expected BxT[/r][@P] (T >= 2)")
+    if prefix and int(prefix) < 2:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: a prefix has 2 tokens or more")
+    return Shape(int(b), int(t), flag == "r", int(prefix or 0))
 
 
-def prompts(b: int, t: int, ragged: bool, vocab: int, gen: torch.Generator) -> list[list[int]]:
-    lens = [t - (t // 2) * i // max(1, b - 1) for i in range(b)] if ragged else [t] * b
+def prompts(shape: Shape, vocab: int, gen: torch.Generator) -> list[list[int]]:
+    b, t = shape.rows, shape.tokens
+    lens = [t - (t // 2) * i // max(1, b - 1) for i in range(b)] if shape.ragged else [t] * b
     return [torch.randint(1, vocab, (n,), generator=gen).tolist() for n in lens]
 
 
@@ -48,10 +70,15 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(im: Any, seqs: list[list[int]], device: torch.device) -> tuple[float, torch.Tensor]:
+def timed(
+    im: Any, seqs: list[list[int]], prefix: int, device: torch.device
+) -> tuple[float, torch.Tensor]:
+    """One prefill of ``seqs`` into slots 0..B-1 (after their ``prefix`` tokens); seconds
+    and last-position logits."""
+    starts = [prefix] * len(seqs) if prefix else None
     sync(device)
     t0 = time.perf_counter()
-    last, _, _ = im.prefill_batch(seqs, list(range(len(seqs))))
+    last, _, _ = im.prefill_batch(seqs, list(range(len(seqs))), starts=starts)
     sync(device)
     return time.perf_counter() - t0, last
 
@@ -74,14 +101,18 @@ def main() -> None:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     loaded = load_model(args.source, device=str(device), dtype=dtype)
     vocab = int(loaded.model.embeddings.weight.shape[0])
-    slots = max(b for b, _, _ in args.shapes)
     im = InferenceModel(
-        loaded.model, max_slots=slots, capacity=max(t for _, t, _ in args.shapes) + 8, device=device
+        loaded.model,
+        max_slots=max(s.rows for s in args.shapes),
+        capacity=max(s.prefix + s.tokens for s in args.shapes) + 8,
+        device=device,
     )
     gen = torch.Generator().manual_seed(0)
-    batches = {s: [prompts(*s, vocab, gen) for _ in range(args.repeats + 1)] for s in args.shapes}
-    times: dict[str, dict[tuple[int, int, bool], list[float]]] = {"eager": {}, "compiled": {}}
-    lasts: dict[str, dict[tuple[int, int, bool], torch.Tensor]] = {"eager": {}, "compiled": {}}
+    batches = {s: [prompts(s, vocab, gen) for _ in range(args.repeats + 1)] for s in args.shapes}
+    # the prefix each continued row's slot holds (written untimed before its shape's runs)
+    prefixes = {s: prompts(Shape(s.rows, s.prefix), vocab, gen) for s in args.shapes if s.prefix}
+    times: dict[str, dict[Shape, list[float]]] = {"eager": {}, "compiled": {}}
+    lasts: dict[str, dict[Shape, torch.Tensor]] = {"eager": {}, "compiled": {}}
     compile_s = 0.0
     for kind in ("eager", "compiled"):
         if kind == "compiled":
@@ -92,19 +123,20 @@ def main() -> None:
             sync(device)
             compile_s = time.perf_counter() - t0
         for shape, runs in batches.items():
-            _, last = timed(im, runs[0], device)  # untimed: caches, allocator
+            if shape in prefixes:
+                timed(im, prefixes[shape], 0, device)
+            _, last = timed(im, runs[0], shape.prefix, device)  # untimed: caches, allocator
             lasts[kind][shape] = last.float()
-            times[kind][shape] = [timed(im, seqs, device)[0] for seqs in runs[1:]]
+            times[kind][shape] = [timed(im, seqs, shape.prefix, device)[0] for seqs in runs[1:]]
     if not im.compiled_prefill:
         raise SystemExit("the prefill regions fell back to eager (see the warning above)")
 
     rows: list[dict[str, Any]] = []
     for shape in args.shapes:
-        b, t, ragged = shape
         e, c = times["eager"][shape], times["compiled"][shape]
         rows.append(
             {
-                "shape": f"{b}x{t}{'/r' if ragged else ''}",
+                "shape": str(shape),
                 "tokens": sum(len(s) for s in batches[shape][1]),
                 "eager_ms_best": min(e) * 1e3,
                 "eager_ms_median": statistics.median(e) * 1e3,

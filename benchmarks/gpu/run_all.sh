@@ -270,7 +270,8 @@ for s in "$@"; do
     ;;
   prefill15)  # the prefill forward alone, eager against its compiled regions, 1.48B model
     stage prefill15 "${PREFILL_TIMEOUT:-150}" python3 benchmarks/prefill_compile.py \
-      --shapes 64x128 64x128/r 256x128 16x512 --repeats 5 --out "$RES/prefill_compile.json"
+      --shapes 64x128 64x128/r 256x128 16x512 16x128@512 --repeats 5 \
+      --out "$RES/prefill_compile.json"
     ;;
   e2e14-sdpa | e2e14-triton)  # 16x8x256 collections with each decode attention
     stage "$s" 130 python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 --new-tokens 256 \
