@@ -93,6 +93,10 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "prefill_compile.json"
     )
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if any(s.rows < 2 for s in args.shapes):
+        ap.error("every shape needs 2 rows or more (a single prompt always prefills eagerly)")
 
     from runtime.engines.embedded.forward import InferenceModel
     from runtime.models import load_model

@@ -90,7 +90,9 @@ def signal_node_after(
     ):
         if proc.poll() is not None or time.monotonic() >= deadline:
             code, out = finish(proc, timeout=60)
-            raise AssertionError(f"nodes ended early (code {code}):\n{out[-4000:]}")
+            raise AssertionError(
+                f"nodes ended (code {code}) before collection {collections}:\n{out[-4000:]}"
+            )
         time.sleep(0.2)
     import os
 

@@ -345,7 +345,8 @@ class Engine:
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
         # the prefill's blocks compiled by region: opt-in until measured on a GPU (on the
-        # CPU 1.03-1.32x the eager prefill, docs/benchmarks.md)
+        # CPU 1.03-1.32x the eager prefill at 16 x 128 tokens, slower at a few short
+        # prompts; docs/benchmarks.md)
         self.compile_prefill = compile_prefill
         if compile_prefill:
             try:

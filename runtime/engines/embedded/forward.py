@@ -473,11 +473,11 @@ class InferenceModel:
         self,
         layer: _Layer,
         x: torch.Tensor,
-        positions: torch.Tensor | None,
-        rope_rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+        rope_rows: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Projected, normed, rotated ``q, k, v`` as ``(B, T, H, D)``; ``rope_rows`` (from
-        ``_rope_rows``) saves the table lookup when the caller already has them."""
+        """Projected, normed, rotated ``q, k, v`` as ``(B, T, H, D)``; ``rope_rows``: the
+        positions' sin/cos rows (``_rope_rows``, gathered once per step or prefill by the
+        caller), None for a layer without RoPE."""
         attn = layer.attn
         bsz, t, _ = x.shape
         if layer.qkv is not None:
@@ -501,13 +501,8 @@ class InferenceModel:
             if attn.k_norm is not None:
                 k = attn.k_norm(k)
         if layer.rope is not None:
-            if rope_rows is None:
-                assert positions is not None  # the caller passes one or the other
-                rows = self._rope_rows(layer, positions)
-            else:
-                rows = rope_rows
-            assert rows is not None  # the layer has RoPE
-            s, c = rows
+            assert rope_rows is not None  # the caller gathers them for every RoPE layer
+            s, c = rope_rows
             if layer.rope.full_precision:
                 q, k = self._rotate(q, s, c), self._rotate(k, s, c)
             else:
@@ -830,7 +825,7 @@ class InferenceModel:
             if layer.gdn:
                 assert self.recurrent is not None
                 return self.recurrent.prefill(layer.index, inp, lens, slots)
-            q, k, v = self._qkv(layer, inp, positions, rope_rows(layer))
+            q, k, v = self._qkv(layer, inp, rope_rows(layer))
             return self._attn_out(layer, inp, core(layer, q, k, v))
 
         # size 1 in either dim would specialize the shape-dynamic regions: those stay eager
@@ -865,15 +860,13 @@ class InferenceModel:
         self,
         layer: _Layer,
         x: torch.Tensor,
-        sin: torch.Tensor | None,
-        cos: torch.Tensor | None,
+        rows: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """A prefill block up to its attention: the attention input, then normed, rotated
         ``q, k, v`` ``(B, T, H, D)``. The norm, the q/k norms and RoPE fuse around the one
         projection (eagerly each is a kernel over whole fp32 activations)."""
         a_in = x if layer.kind == "post" else layer.attn_norm(x)
-        rows = None if sin is None or cos is None else (sin, cos)
-        q, k, v = self._qkv(layer, a_in, None, rows)
+        q, k, v = self._qkv(layer, a_in, rows)
         return a_in, q, k, v
 
     def _prefill_tail(
@@ -895,12 +888,10 @@ class InferenceModel:
         trace serves every admission's shape and every layer wired the same way."""
         from torch import _dynamo
 
-        sin, cos = rows if rows is not None else (None, None)
-        for tensor in (x, sin, cos):
-            if tensor is not None:
-                _dynamo.maybe_mark_dynamic(tensor, 0)
-                _dynamo.maybe_mark_dynamic(tensor, 1)
-        a_in, q, k, v = self._prefill_region("qkv", self._prefill_qkv, layer, x, sin, cos)
+        for tensor in (x, *(rows or ())):
+            _dynamo.maybe_mark_dynamic(tensor, 0)
+            _dynamo.maybe_mark_dynamic(tensor, 1)
+        a_in, q, k, v = self._prefill_region("qkv", self._prefill_qkv, layer, x, rows)
         # one layout whichever SDPA kernel ran (flash and efficient attention already give
         # it, so this copies nothing there): the tail's guards never see another stride
         att = core(layer, q, k, v).transpose(1, 2).contiguous()
@@ -938,11 +929,12 @@ class InferenceModel:
         """Compile the prefill regions now, on two padding prompts in slots 0 and 1 (call
         it with no request running), so no admission compiles mid-run. Batch 2 and length
         3: sizes that equal nothing else in the trace, so the one shape-dynamic compile
-        assumes no relation between batch and length. Returns the prompts prefilled."""
+        assumes no relation between batch and length. Returns the prompts prefilled through
+        the regions (0 when off or when their compile failed)."""
         if not self._prefill_regions or self.max_slots < 2 or self.capacity < 3:
             return 0
         self.prefill_batch([[0, 0, 0], [0, 0]], [0, 1])
-        return 2
+        return 2 if self._prefill_regions else 0  # a failed compile leaves them eager
 
     @torch.inference_mode()
     def decode(
@@ -1045,7 +1037,7 @@ class InferenceModel:
             if lay.gdn:
                 assert self.recurrent is not None
                 return self.recurrent.decode(lay.index, inp)
-            q, k, v = self._qkv(lay, inp, positions.view(bsz, 1), rope_rows)
+            q, k, v = self._qkv(lay, inp, rope_rows)
             rows = torch.arange(bsz, device=inp.device)
             kc[rows, :, positions] = k[:, 0]
             vc[rows, :, positions] = v[:, 0]
