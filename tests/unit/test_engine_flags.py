@@ -50,8 +50,10 @@ def test_cuda_graph_decode_false_reaches_the_engine() -> None:
     assert args.cuda_graph is False and args.compile_decode is None
     args = build_parser().parse_args([*on[3:], "--disable-compile-decode"])
     assert args.cuda_graph is None and args.compile_decode is False
-    assert args.compile_prefill is False  # opt-in: not yet measured on a GPU
+    assert args.compile_prefill is None  # by the engine: on with the compiled decode on a GPU
     assert build_parser().parse_args([*on[3:], "--compile-prefill"]).compile_prefill is True
+    off = build_parser().parse_args([*on[3:], "--disable-compile-prefill"])
+    assert off.compile_prefill is False
     assert args.fused_sampling is None  # by the engine: on wherever decode runs as graphs
     args = build_parser().parse_args([*on[3:], "--fused-sampling"])
     assert args.fused_sampling is True

@@ -136,8 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile-prefill",
         dest="compile_prefill",
         action="store_true",
+        default=None,
         help="torch.compile the prefill's blocks by region, shape-dynamic, compiled in the "
-        "warm-up (falls back to eager if compilation fails)",
+        "warm-up (the default wherever the decode step is compiled on a GPU; falls back to "
+        "eager if compilation fails)",
+    )
+    p.add_argument(
+        "--disable-compile-prefill",
+        dest="compile_prefill",
+        action="store_false",
+        help="run the prefill's blocks eagerly",
     )
     p.add_argument(
         "--fused-sampling",

@@ -264,7 +264,7 @@ class Engine:
         prefill_tokens: int = 16384,
         graph_kv_step: int = 256,
         compile_decode: bool | None = None,
-        compile_prefill: bool = False,
+        compile_prefill: bool | None = None,
         profile: bool = False,
         fused_sampling: bool | None = None,
         max_mamba_cache_size: int | None = None,
@@ -344,9 +344,11 @@ class Engine:
                 self.im.enable_compile()
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
-        # the prefill's blocks compiled by region: opt-in until measured on a GPU (on the
-        # CPU 1.03-1.32x the eager prefill at 16 x 128 tokens, slower at a few short
-        # prompts; docs/benchmarks.md)
+        # the prefill's blocks compiled by region: the default wherever the decode step is
+        # compiled on a GPU (None); on a CPU only when asked (1.03-1.32x the eager prefill
+        # at 16 x 128 tokens there, slower at a few short prompts; docs/benchmarks.md)
+        if compile_prefill is None:
+            compile_prefill = on_gpu and bool(compile_decode)
         self.compile_prefill = compile_prefill
         if compile_prefill:
             try:
