@@ -136,8 +136,9 @@ def _prefills(im: InferenceModel) -> list[torch.Tensor]:
         last, full, _ = im.prefill_batch(seqs, slots, **kw)
         out += [last, *(f for f in full if f is not None)]
     im.prefill_batch(PROMPTS[:3], [0, 1, 2])
-    tok = torch.tensor([p[-1] for p in PROMPTS[:3]])
-    out.append(im.decode(tok, torch.tensor([len(p) for p in PROMPTS[:3]]))[0])
+    tok = torch.tensor([p[-1] for p in PROMPTS[:3]], device=im.device)
+    pos = torch.tensor([len(p) for p in PROMPTS[:3]], device=im.device)
+    out.append(im.decode(tok, pos)[0])
     return out
 
 
