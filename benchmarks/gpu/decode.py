@@ -25,7 +25,7 @@ each row reads exactly its own entries, one graph per batch size; ``--attention-
 triton``), ``unfused`` (q/k/v and the
 feed-forward's gate/up as separate matrix products, as before the engine merged them),
 ``compileprefill`` (the prefill's blocks through their compiled regions, the engine's
-``--compile-prefill``; eager otherwise).
+default on a GPU; a variant without it prefills eagerly).
 Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
@@ -94,7 +94,7 @@ class Variant:
     attention: str = "sdpa"  # `attn=flex`: FlexAttention's block-sparse decode; `attn=triton`
     fuse: bool = True  # q/k/v and gate/up as one product each; `unfused`: separate products
     # the prefill's blocks through their compiled regions (`compileprefill`; the engine's
-    # --compile-prefill)
+    # default on a GPU, so a variant without it passes compile_prefill=False)
     compile_prefill: bool = False
 
 
