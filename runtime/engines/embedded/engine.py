@@ -345,8 +345,9 @@ class Engine:
             except Exception as exc:  # torch.compile unavailable: stay eager
                 log.warning("torch.compile disabled: %s", exc)
         # the prefill's blocks compiled by region: the default wherever the decode step is
-        # compiled on a GPU (None); on a CPU only when asked (1.03-1.32x the eager prefill
-        # at 16 x 128 tokens there, slower at a few short prompts; docs/benchmarks.md)
+        # compiled on a GPU (None; 1.56-2.03x the eager prefill on one H100); on a CPU only
+        # when asked (1.03-1.32x at 16 x 128 tokens there, slower at a few short prompts;
+        # docs/benchmarks.md, round fifteen and the CPU section before it)
         if compile_prefill is None:
             compile_prefill = on_gpu and bool(compile_decode)
         self.compile_prefill = compile_prefill
