@@ -98,6 +98,15 @@ class Variant:
     compile_prefill: bool = False
 
 
+ADMISSION_KEYS = (
+    "num_admissions",
+    "num_prompt_tokens",
+    "num_cached_prompt_tokens",
+    "prefix_cache_s",
+    "prefill_wait_s",
+)
+
+
 def parse_variant(text: str) -> Variant:
     """``graph,kv_step=0,sdpa=no-cudnn`` -> Variant; ValueError names the bad part."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -290,15 +299,21 @@ def bench_engine(
         t0 = time.perf_counter()
         engine_run(eng, prompts(batch), batch, params)
         warmup_s = time.perf_counter() - t0
-        times, steps, prefills = [], [], []
+        times, steps, prefills, admissions = [], [], [], []
         for _ in range(args.repeats):
             s0 = eng.stats["num_decode_steps"]
             p0 = eng.timings["prefill_s"]
+            before = {**eng.timings, **eng.stats}
             times.append(engine_run(eng, prompts(batch), batch, params))
             steps.append(eng.stats["num_decode_steps"] - s0)
             # all prompts are admitted together, so prefill (synchronous: its first
             # tokens go to the host) runs once, before every decode step
             prefills.append(eng.timings["prefill_s"] - p0)
+            # what each run's admission did: rounds, tokens the prefix cache served, the
+            # tree's own seconds (inserts, evictions) and the wait for the first tokens; a
+            # first timed run slower than the rest shows here whether it admitted differently
+            after = {**eng.timings, **eng.stats}
+            admissions.append({k: after.get(k, 0) - before.get(k, 0) for k in ADMISSION_KEYS})
         # one profiled run (syncs between forward and sampling) for the breakdown
         eng.profile = True
         before = dict(eng.timings)
@@ -352,6 +367,7 @@ def bench_engine(
         # the bound counts decode steps only (weights and KV read per step); the rate
         # above also carries the prompts' prefill, a compute-bound pass the bound leaves out
         "prefill_s": prefills,
+        "admissions": admissions,
         "decode_only_s": best - best_prefill,
         "decode_fraction_of_bound": bound["bound_s"] / max(best - best_prefill, 1e-9),
         "breakdown": breakdown,
