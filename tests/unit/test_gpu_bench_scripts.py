@@ -129,3 +129,21 @@ def test_olmoe_script_dry_run() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert "gpu-moe.toml: ok" in res.stderr and "would run" in res.stdout
+
+
+def test_decode_gemm_products_and_cpu_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    """The products follow the engine's fused layout; without a GPU the script says so."""
+    gemm = _load("benchmarks/gpu/decode_gemm.py", "gpu_decode_gemm")
+    args = gemm.argparse.Namespace(
+        heads=16, kv_heads=4, head_dim=128, hidden=2048, ffn=8192, vocab=100352
+    )
+    assert gemm.products(args) == [
+        ("qkv", 3072, 2048),
+        ("o", 2048, 2048),
+        ("gate_up", 16384, 2048),
+        ("down", 2048, 8192),
+        ("head", 100352, 2048),
+    ]
+    if not gemm.torch.cuda.is_available():
+        assert gemm.main(["--batch-sizes", "64"]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().err
