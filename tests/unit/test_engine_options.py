@@ -11,7 +11,11 @@ pytest.importorskip("olmo_core")
 from test_engine_scheduler import _run  # noqa: E402
 
 from runtime.engines.embedded.engine import Engine, prefill_chunks  # noqa: E402
-from runtime.engines.embedded.forward import graph_batch_sizes, kv_pool_tokens  # noqa: E402
+from runtime.engines.embedded.forward import (  # noqa: E402
+    graph_batch_sizes,
+    kv_pool_tokens,
+    prefix_cache_tokens,
+)
 from runtime.engines.embedded.sampling import SamplingParams  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
@@ -44,6 +48,25 @@ def test_mem_fraction_static_caps_the_pool_from_the_engines_own_memory() -> None
     with pytest.raises(ValueError, match="leaves no room"):
         kv_pool_tokens(None, bytes_per_token=8, mem_fraction_static=0.1,
                        total_bytes=80 * gib, used_bytes=20 * gib)  # fmt: skip
+
+
+def test_prefix_cache_stays_inside_the_engines_memory_fraction() -> None:
+    """The tree's copies come out of the fraction the compiler gave the engine: on an
+    80 GiB GPU at 0.4, weights and slots holding 29 GiB leave the tree 3 GiB, not half of
+    the 51 GiB unused (which a colocated trainer needs)."""
+    gib, per = 2**30, 2**17  # 128 KiB a token: the 1.48B model's K/V
+    tokens = gib // per
+    inside = (int(80 * gib * 0.4) - 29 * gib) // per
+    assert prefix_cache_tokens(10**7, bytes_per_token=per, reserved_bytes=29 * gib,
+                               total_bytes=80 * gib, mem_fraction_static=0.4) == inside  # fmt: skip
+    assert prefix_cache_tokens(10**7, bytes_per_token=per, reserved_bytes=29 * gib,
+                               total_bytes=80 * gib) == 51 * tokens // 2  # fmt: skip
+    # the token cap still holds, and a full fraction leaves no tree rather than failing
+    assert prefix_cache_tokens(1000, bytes_per_token=per, reserved_bytes=gib,
+                               total_bytes=80 * gib, mem_fraction_static=0.4) == 1000  # fmt: skip
+    assert prefix_cache_tokens(10**7, bytes_per_token=per, reserved_bytes=40 * gib,
+                               total_bytes=80 * gib, mem_fraction_static=0.4) == 0  # fmt: skip
+    assert prefix_cache_tokens(1234, bytes_per_token=per) == 1234  # CPU: the token cap only
 
 
 def test_cuda_graph_max_bs_caps_the_captured_batches() -> None:

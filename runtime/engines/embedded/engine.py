@@ -54,7 +54,13 @@ import torch
 
 from runtime.models.gdn_cpu import has_gated_delta_net
 
-from .forward import SAMPLER_MODES, InferenceModel, UnsupportedModel, kv_pool_tokens
+from .forward import (
+    SAMPLER_MODES,
+    InferenceModel,
+    UnsupportedModel,
+    kv_pool_tokens,
+    prefix_cache_tokens,
+)
 from .radix import RadixCache, RadixNode
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
@@ -321,6 +327,7 @@ class Engine:
             slots = max(1, min(slots, int(max_mamba_cache_size)))
         self.max_running = slots
         self.max_total_tokens = pool if pool is not None else slots * context_length
+        self.mem_fraction_static = mem_fraction_static
         self.radix_cache = radix_cache
         self.im = InferenceModel(
             self.model,
@@ -437,9 +444,10 @@ class Engine:
         """The radix tree over finished and running sequences' K/V (attention-only models).
 
         It holds copies (slots are contiguous rows, not per-token pages), at most
-        ``max_total_tokens`` tokens; on a GPU also at most half the device's memory that
-        this engine left unused after allocating its slots (its own, so that a trainer
-        starting beside it does not change the budget). A recurrent (GatedDeltaNet) state
+        ``max_total_tokens`` tokens; on a GPU also what ``mem_fraction_static`` of the
+        device leaves after this engine's weights and slots (without it, half the memory the
+        engine left unused), counting its own memory so that a trainer starting beside it
+        does not change the budget (see ``prefix_cache_tokens``). A recurrent (GatedDeltaNet) state
         cannot resume from an arbitrary prefix, so hybrid models keep identical-prompt
         sharing only.
         """
@@ -451,11 +459,18 @@ class Engine:
                 "prefix; only requests with identical prompts share one prefill"
             )
             return None
-        budget = self.max_total_tokens
+        total = reserved = None
         if self.device.type == "cuda":
             _, total = torch.cuda.mem_get_info(self.device)
-            unused = total - torch.cuda.memory_reserved(self.device)
-            budget = min(budget, unused // 2 // max(1, per_token))
+            reserved = torch.cuda.memory_reserved(self.device)
+        budget = prefix_cache_tokens(
+            self.max_total_tokens,
+            bytes_per_token=per_token,
+            reserved_bytes=reserved,
+            total_bytes=total,
+            mem_fraction_static=self.mem_fraction_static,
+        )
+        log.info("prefix cache: at most %d tokens", budget)
         return RadixCache(budget)
 
     @property
@@ -471,10 +486,14 @@ class Engine:
         return done.wait(timeout)
 
     def _flush_prefix(self) -> None:
-        """Forget every cached prefix: after a weight load their K/V is stale."""
+        """Forget every cached prefix: after a weight load their K/V is stale. On a GPU the
+        tree's copies go back to the device, for a trainer sharing it (another process)."""
         self.stats["num_cache_flushes"] += 1
         if self.prefix is not None:
+            held = self.prefix.total_tokens
             self.prefix.reset()
+            if held and self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     # ---- lifecycle -----------------------------------------------------------------------
 

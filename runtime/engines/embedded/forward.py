@@ -1533,6 +1533,31 @@ def kv_pool_tokens(
     return pool
 
 
+def prefix_cache_tokens(
+    max_total_tokens: int,
+    *,
+    bytes_per_token: int,
+    reserved_bytes: int | None = None,
+    total_bytes: int | None = None,
+    mem_fraction_static: float | None = None,
+) -> int:
+    """The radix tree's token budget. Its copies live outside the slots, so on a GPU they
+    are bounded by memory as well as by ``max_total_tokens``: with ``mem_fraction_static``
+    the engine's whole share (weights, slots, tree) stays inside that fraction of the device,
+    as SGLang's tree stays inside its pool, so a trainer colocated on the GPU keeps the rest;
+    without it, half of what the engine left unused. ``reserved_bytes`` is this engine's own
+    memory after its slots are allocated."""
+    budget = max(0, int(max_total_tokens))
+    if reserved_bytes is None or total_bytes is None:
+        return budget
+    per = max(1, int(bytes_per_token))
+    if mem_fraction_static is not None:
+        room = int(total_bytes * mem_fraction_static) - reserved_bytes
+    else:
+        room = (total_bytes - reserved_bytes) // 2
+    return min(budget, max(0, room) // per)
+
+
 def kv_bucket(kv_len: int, step: int, capacity: int) -> int:
     """Attended length for a step whose longest request needs ``kv_len`` entries."""
     if step <= 0:
