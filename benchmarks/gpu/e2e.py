@@ -131,6 +131,21 @@ def main(argv: list[str] | None = None) -> int:
         help="let prefill's attention use cuDNN's SDPA backend too (the engine leaves it out: "
         "a plan built per new shape)",
     )
+    ap.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        default=0.4,
+        help="the engine's share of the GPU: weights, KV slots and prefix cache (default 0.4, "
+        "what the compiler derives for an engine colocated with the trainer; 0: unbounded, "
+        "the slots sized by the batch and the prefix cache by half the memory left)",
+    )
+    ap.add_argument(
+        "--release-before-update",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="flush the engine's prefix cache (its memory back to the GPU) before each "
+        "update, as a colocated run does (default: on)",
+    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -194,6 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     prompt_ids = [tok.encode(t) for t in texts]
     batch = args.prompts * args.group
     graph = cuda and not args.no_cuda_graph
+    engine_fraction = None
+    if cuda and args.mem_fraction_static > 0:
+        # the engine counts its process's memory as its own; in a run it has a process of
+        # its own, here the trainer's memory shares it, so add that to keep the engine's
+        # share what the fraction gives it in a run
+        torch.cuda.empty_cache()
+        _, total = torch.cuda.mem_get_info()
+        engine_fraction = min(0.98, args.mem_fraction_static + torch.cuda.memory_reserved() / total)
     eng = Engine(
         loaded,
         model_path="e2e",
@@ -201,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         max_running_requests=batch,
         context_length=max(map(len, prompt_ids)) + args.new_tokens + 8,
         cuda_graph=graph,
+        mem_fraction_static=engine_fraction,
         **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
         **({"graph_kv_step": args.graph_kv_step} if args.graph_kv_step is not None else {}),
     )
@@ -241,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 "fused_sampling": eng.fused_sampling,
                 "decode_attention": eng.im.decode_attention,
                 "graph_kv_step": eng.im.graph_kv_step,
+                "mem_fraction_static": args.mem_fraction_static if engine_fraction else None,
+                "release_before_update": args.release_before_update,
+                "engine_slots": eng.max_running,
+                "prefix_cache_max_tokens": eng.prefix.max_tokens if eng.prefix else 0,
                 "decode_graphs": eng.im.captured_graphs(),
                 "attention_backend": backend,
                 "compile_cache": args.compile_cache.name,
@@ -300,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             stats0, timings0, gc0 = dict(eng.stats), dict(eng.timings), pauses.snapshot()
             gen_graphs0 = compiled_graphs()  # a compile inside generation is host time
             alloc0 = allocator_counts()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
             sampler = None
             if args.sample_admission and eng._thread is not None and eng._thread.ident:
                 sampler = StackSampler(eng._thread.ident, "_admit").start()
@@ -331,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
             # what the update's time may depend on: packed rows (their lengths set the
             # FlexAttention block masks) and compiles it triggers
             rows = trainer._rows(samples)
+            t_rel = time.perf_counter()
+            if args.release_before_update:  # as a colocated run (GRPOLoop.before_update)
+                eng.flush_cache()
+            release_s = time.perf_counter() - t_rel
             graphs0 = compiled_graphs()
             t_score = time.perf_counter()
             metrics = trainer.train_step(samples)
@@ -352,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {
                 "generation_s": t_gen - t_start,
                 "scoring_s": t_score - t_gen,
+                "cache_release_s": release_s,  # inside scoring_s
                 "update_s": t_upd - t_score,
                 "publication_s": t_pub - t_upd,
                 "total_s": t_pub - t_start,
@@ -368,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                 # this process's GC pauses over the collection (every thread's)
                 "gc": pauses.since(gc0),
                 "prompt_tokens": [len(x) for x in ids],
+                # the collection's peak, trainer and engine together (one process)
+                "peak_allocated_gib": (torch.cuda.max_memory_allocated() / 2**30 if cuda else None),
             }
             if admission_stacks is not None:
                 row["admission_stacks"] = admission_stacks

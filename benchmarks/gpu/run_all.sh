@@ -12,7 +12,7 @@
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
-# e2e14-triton prefill15 prefill-test
+# e2e14-triton prefill15 prefill-test decode-gemm
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -39,7 +39,7 @@ for s in "$@"; do
   env)
     stage env 60 bash -c 'nvidia-smi; python3 -c "import torch,transformers,sys;print(sys.version);print(torch.__version__,torch.version.cuda,torch.cuda.get_device_name(),transformers.__version__)";
       python3 -m pip list 2>/dev/null | grep -iE "^(torch|transformers|accelerate|datasets|trl|pyarrow|fsspec|huggingface|safetensors|triton|ai2-olmo|pydantic|aiohttp|httpx) ";
-      python3 -c "import olmo_core,trl,datasets;print(\"olmo_core\",olmo_core.__version__,\"trl\",trl.__version__,\"datasets\",datasets.__version__)"; df -h /tmp | tail -1; nproc; free -g | head -2'
+      python3 -c "import importlib.metadata as m, olmo_core, trl, datasets;print(*(p + \" \" + m.version(p) for p in (\"ai2-olmo-core\", \"trl\", \"datasets\")))"; df -h /tmp | tail -1; nproc; free -g | head -2'
     ;;
   raw)
     stage raw-4x2048 150 python3 benchmarks/raw_olmo_core_step.py --batch 4 --seq 2048 --precision bf16 amp --steps 5 --warmup 2
@@ -263,6 +263,10 @@ for s in "$@"; do
       --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
       --variants graph,compile,fused,attn=triton,compileprefill graph,compile,fused,attn=triton \
       --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
+    ;;
+  decode-gemm)  # the decode step's matrix products alone: cuBLAS against Inductor's autotuned choice
+    stage decode-gemm "${GEMM_TIMEOUT:-240}" python3 benchmarks/gpu/decode_gemm.py \
+      --batch-sizes ${DECODE_BATCHES:-64 256} --out "$RES"
     ;;
   prefill-test)  # the compiled prefill regions against eager on the GPU, bf16
     stage prefill-test 150 python3 -m pytest -q -p no:cacheprovider \
