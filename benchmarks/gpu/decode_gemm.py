@@ -1,6 +1,6 @@
 """GPU decode matrix products alone: cuBLAS (what the compiled decode step calls by default)
 against Inductor's autotuned choice (``max_autotune_gemm``: Triton templates timed against
-cuBLAS at the call's own row count, the engine's ``autotune_gemm``).
+cuBLAS at the call's own row count).
 
 A decode step at batch ``B`` multiplies ``B`` rows by each weight once, so its products
 are bound by reading the weights: at batch 64 on one NVIDIA H100 they took 1.22 ms a

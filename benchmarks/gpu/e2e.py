@@ -139,13 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         "what the compiler derives for an engine colocated with the trainer; 0: unbounded, "
         "the slots sized by the batch and the prefix cache by half the memory left)",
     )
-    ap.add_argument(
-        "--release-before-update",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="flush the engine's prefix cache (its memory back to the GPU) before each "
-        "update, as a colocated run does (default: on)",
-    )
     args = ap.parse_args(argv)
     if args.dry_run:
         args.source, args.device, args.label = "builtin:tiny", "cpu", "dry-run"
@@ -266,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
                 "decode_attention": eng.im.decode_attention,
                 "graph_kv_step": eng.im.graph_kv_step,
                 "mem_fraction_static": args.mem_fraction_static if engine_fraction else None,
-                "release_before_update": args.release_before_update,
                 "engine_slots": eng.max_running,
                 "prefix_cache_max_tokens": eng.prefix.max_tokens if eng.prefix else 0,
                 "decode_graphs": eng.im.captured_graphs(),
@@ -361,10 +353,6 @@ def main(argv: list[str] | None = None) -> int:
             # what the update's time may depend on: packed rows (their lengths set the
             # FlexAttention block masks) and compiles it triggers
             rows = trainer._rows(samples)
-            t_rel = time.perf_counter()
-            if args.release_before_update:  # as a colocated run (GRPOLoop.before_update)
-                eng.flush_cache()
-            release_s = time.perf_counter() - t_rel
             graphs0 = compiled_graphs()
             t_score = time.perf_counter()
             metrics = trainer.train_step(samples)
@@ -386,7 +374,6 @@ def main(argv: list[str] | None = None) -> int:
             row = {
                 "generation_s": t_gen - t_start,
                 "scoring_s": t_score - t_gen,
-                "cache_release_s": release_s,  # inside scoring_s
                 "update_s": t_upd - t_score,
                 "publication_s": t_pub - t_upd,
                 "total_s": t_pub - t_start,

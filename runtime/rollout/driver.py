@@ -727,9 +727,6 @@ def train(runner: Node) -> dict[str, Any]:
         run_id=cfg.digest.removeprefix("sha256:")[:16],
     )
     teacher = _make_teacher(cfg, runner)
-    before_update = None
-    if releases_caches_before_update(cfg):
-        before_update = functools.partial(_flush_engine_caches, cfg, runner.engine_urls)
     with ProgressView(
         total, start=state.collection, enabled=runner.progress, every=runner.progress_every
     ) as progress:
@@ -749,7 +746,6 @@ def train(runner: Node) -> dict[str, Any]:
             evaluator=evaluator,
             tracker=tracker,
             teacher=teacher,
-            before_update=before_update,
         )
         try:
             state = loop.run()
@@ -816,33 +812,6 @@ def warms_up_trainer(cfg: RunConfig) -> bool:
     CPU trainer has nothing to warm); ``RLC_TRAINER_WARMUP=0`` leaves its compiles to the
     first collection (to measure what the warm-up saves)."""
     return cfg.trainer.gpus > 0 and os.environ.get("RLC_TRAINER_WARMUP", "1") != "0"
-
-
-def releases_caches_before_update(cfg: RunConfig) -> bool:
-    """Whether the engines' prefix caches are flushed before each update: only where that
-    gives memory to the trainer, an embedded engine's tree (copies outside its slots) on
-    the GPU the trainer shares. SGLang's tree lives inside its preallocated pool, and a CPU
-    run has no device memory to hand back, so there it would cost a request and free
-    nothing."""
-    inf = cfg.inference
-    return (
-        inf.placement == "colocated"
-        and bool(inf.radix_cache)
-        and inf.engine == "embedded"
-        and cfg.trainer.device != "cpu"
-    )
-
-
-def _flush_engine_caches(cfg: RunConfig, urls: Sequence[str]) -> None:
-    """Before a colocated update: the engines' cached K/V was computed under the weights
-    the update replaces, so publication would drop it anyway; dropping it now gives its
-    memory back to the GPU the trainer shares (the embedded engine's tree holds copies
-    outside its slots)."""
-    from runtime.engines.client import ClientSettings, EngineClient
-
-    for url in urls:
-        with EngineClient(url, ClientSettings.from_contract(cfg.runtime)) as client:
-            client.flush_cache()
 
 
 def trainer_start(runner: Node) -> TrainerStart[TrainerAdapter] | None:

@@ -140,12 +140,8 @@ class GRPOLoop:
         evaluator: EvaluatorLike | None = None,
         tracker: TrackerLike | None = None,
         teacher: TeacherLike | None = None,
-        before_update: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
-        # synchronous collections: called between generation and the update (a colocated
-        # run gives the engines' prefix caches back to the GPU the trainer is about to use)
-        self.before_update = before_update
         self.teacher = teacher
         self.tracker = tracker
         self.trainer = trainer
@@ -401,8 +397,6 @@ class GRPOLoop:
             self._next_prompts, self.cfg.inference.prompts_per_collection, self.state.policy_version
         )
         samples = [s for g in groups for s in g.samples]
-        if self.before_update is not None:
-            self.before_update()
         t2 = time.monotonic()
         train_m, mm, logprob_s = self._train(samples)
         t3 = time.monotonic()

@@ -371,20 +371,3 @@ def test_prompt_logprobs_and_routed_experts_prefill_the_whole_prompt() -> None:
         lp_b = [x[0] for x in b["meta_info"]["input_token_logprobs"][1:]]
         assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4
     assert [r["meta_info"]["cached_tokens"] for r in res[True]] == [0, len(prompt) + 1]
-
-
-def test_the_run_flushes_a_live_engines_tree_before_an_update(loaded, tmp_path) -> None:
-    """What a colocated GPU run calls between generation and the update: every engine's
-    tree emptied over HTTP, through the run's own client settings."""
-    httpx = pytest.importorskip("httpx")
-    from compiled_run import run_config
-
-    from runtime.engines.embedded.inprocess import InProcessServer
-    from runtime.rollout.driver import _flush_engine_caches
-
-    body = {"input_ids": list(range(5, 25)), "sampling_params": {"max_new_tokens": 3}}
-    with InProcessServer(loaded, max_running_requests=2, context_length=64) as srv:
-        assert httpx.post(srv.url + "/generate", json=body, timeout=30).status_code == 200
-        assert httpx.get(srv.url + "/get_server_info").json()["radix_cache_tokens"] > 0
-        _flush_engine_caches(run_config(tmp_path), [srv.url])
-        assert httpx.get(srv.url + "/get_server_info").json()["radix_cache_tokens"] == 0

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 import pytest
-from compiled_run import edited_contract, run_config
+from compiled_run import run_config
 
 from runtime.data.records import Prompt
 from runtime.data.sampler import PromptSampler
@@ -149,24 +149,6 @@ def test_sync_loop_trains_publishes_and_checkpoints(tmp_path: Any) -> None:
     )
     assert recs[-1]["policy_version"] == 4 and "train/loss" in recs[-1]
     assert all(r["time/collection_s"] >= r["time/train_s"] for r in recs)
-
-
-def test_before_update_runs_between_generation_and_each_update(tmp_path: Any) -> None:
-    """A colocated run frees the engines' cached K/V before the trainer needs the GPU: the
-    hook runs once a collection, after its generation and before its update."""
-    cfg = _cfg(tmp_path)
-    trainer = FakeTrainer()
-    order: list[str] = []
-    train_step = trainer.train_step
-
-    def traced(samples: Any) -> dict[str, float]:
-        order.append("update")
-        return train_step(samples)
-
-    trainer.train_step = traced  # type: ignore[method-assign]
-    loop, _, _ = _loop(cfg, trainer, before_update=lambda: order.append("release"))
-    loop.run()
-    assert order == ["release", "update"] * 4
 
 
 def test_resume_from_saved_state_continues_exactly(tmp_path: Any) -> None:
@@ -336,21 +318,3 @@ def test_engine_connection_lost_mid_publication_is_republished_to_survivors(
     assert state.policy_version == 4 and pub.versions == [1, 2, 3, 4]
     assert pub.held_at_retry == [False]
     assert checks  # the retry went through the health check
-
-
-def test_a_colocated_gpu_run_with_a_prefix_cache_releases_it_before_updates(
-    tmp_path: Any,
-) -> None:
-    """Only where the flush hands memory to the trainer: the embedded engine's tree on the
-    GPU the trainer shares. A CPU run (the quickstart) or one without a tree sends nothing."""
-    from runtime.config import RunConfig
-    from runtime.rollout.driver import releases_caches_before_update
-
-    assert not releases_caches_before_update(_cfg(tmp_path / "cpu"))
-    gpu = {"trainer.device": "cuda", "inference.radix_cache": True}
-    cfg = RunConfig.from_contract(edited_contract(tmp_path / "gpu", gpu))
-    assert cfg.inference.placement == "colocated" and releases_caches_before_update(cfg)
-    off = {**gpu, "inference.radix_cache": False}
-    assert not releases_caches_before_update(
-        RunConfig.from_contract(edited_contract(tmp_path / "off", off))
-    )

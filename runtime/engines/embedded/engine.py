@@ -486,14 +486,10 @@ class Engine:
         return done.wait(timeout)
 
     def _flush_prefix(self) -> None:
-        """Forget every cached prefix: after a weight load their K/V is stale. On a GPU the
-        tree's copies go back to the device, for a trainer sharing it (another process)."""
+        """Forget every cached prefix: after a weight load their K/V is stale."""
         self.stats["num_cache_flushes"] += 1
         if self.prefix is not None:
-            held = self.prefix.total_tokens
             self.prefix.reset()
-            if held and self.device.type == "cuda":
-                torch.cuda.empty_cache()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
