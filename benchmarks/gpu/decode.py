@@ -25,7 +25,8 @@ each row reads exactly its own entries, one graph per batch size; ``--attention-
 triton``), ``unfused`` (q/k/v and the
 feed-forward's gate/up as separate matrix products, as before the engine merged them),
 ``compileprefill`` (the prefill's blocks through their compiled regions, the engine's
-default on a GPU; a variant without it prefills eagerly).
+default on a GPU; a variant without it prefills eagerly), ``kv=fp8_e4m3`` (or ``fp8_e5m2``:
+the KV cache in one byte an entry, ``--kv-cache-dtype``; the bound then counts those bytes).
 Each variant reports tok/s, a
 per-step breakdown from a profiled run (forward / sample / other ms per decode step, plus
 prefill ms; profiling syncs inside each step, so that run is never overlapped), and micro
@@ -96,6 +97,7 @@ class Variant:
     # the prefill's blocks through their compiled regions (`compileprefill`; the engine's
     # default on a GPU, so a variant without it passes compile_prefill=False)
     compile_prefill: bool = False
+    kv_dtype: str = "auto"  # `kv=fp8_e4m3`: the engine's --kv-cache-dtype
 
 
 ADMISSION_KEYS = (
@@ -134,12 +136,14 @@ def parse_variant(text: str) -> Variant:
                 v.sdpa = value
             elif key == "attn" and value in ("sdpa", "flex", "triton"):
                 v.attention = value
+            elif key == "kv" and value in ("auto", "bf16", "fp8_e4m3", "fp8_e5m2"):
+                v.kv_dtype = value
             else:
                 raise ValueError
         except ValueError:
             raise ValueError(
                 f"variant {text!r}: bad option {part!r} (kv_step=N, prefill=N, compile, fused, "
-                f"nooverlap, unfused, compileprefill, attn=sdpa|flex|triton, sdpa={'|'.join(SDPA_BACKENDS)})"
+                f"nooverlap, unfused, compileprefill, attn=sdpa|flex|triton, kv=fp8_e4m3|fp8_e5m2, sdpa={'|'.join(SDPA_BACKENDS)})"
             ) from None
     if v.kv_step < 0 or v.prefill < 1:
         raise ValueError(f"variant {text!r}: kv_step must be >= 0 and prefill >= 1")
@@ -288,6 +292,7 @@ def bench_engine(
         overlap_schedule=v.overlap,
         decode_attention=v.attention,
         fuse_projections=v.fuse,
+        kv_cache_dtype=v.kv_dtype,
     )
     setup_s = time.perf_counter() - t0
     eng.start()

@@ -113,6 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the engine's decode attention (default: the engine's)",
     )
     ap.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "bf16", "fp8_e4m3", "fp8_e5m2"],
+        default="auto",
+        help="the engine's KV cache storage type (inference.kv_cache_dtype; default: the "
+        "model's dtype)",
+    )
+    ap.add_argument(
         "--graph-kv-step",
         type=int,
         default=None,
@@ -218,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         context_length=max(map(len, prompt_ids)) + args.new_tokens + 8,
         cuda_graph=graph,
         mem_fraction_static=engine_fraction,
+        kv_cache_dtype=args.kv_cache_dtype,
         **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
         **({"graph_kv_step": args.graph_kv_step} if args.graph_kv_step is not None else {}),
     )
@@ -259,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 "decode_attention": eng.im.decode_attention,
                 "graph_kv_step": eng.im.graph_kv_step,
                 "mem_fraction_static": args.mem_fraction_static if engine_fraction else None,
+                "kv_cache_dtype": args.kv_cache_dtype,
                 "engine_slots": eng.max_running,
                 "prefix_cache_max_tokens": eng.prefix.max_tokens if eng.prefix else 0,
                 "decode_graphs": eng.im.captured_graphs(),
@@ -406,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     med = report["median_s"]
     print(f"wrote {path}\n")
     print(
-        f"{args.label} {args.source}: {args.prompts}x{args.group} samples, {args.new_tokens} new tokens"
+        f"{args.label} {args.source}: {args.prompts}x{args.group} samples, {args.new_tokens} new "
+        f"tokens, KV cache {str(eng.im.kv_dtype).removeprefix('torch.')}, {eng.max_running} slots"
     )
     print(f"{'phase':<14} {'median s':>9}")
     for k, v in med.items():

@@ -12,7 +12,7 @@
 # decode9 flex-test bench-warm-base bench-warm-trainer e2e10-gc admission decode10 decode11
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
-# e2e14-triton prefill15 prefill-test decode-gemm
+# e2e14-triton prefill15 prefill-test decode-gemm decode17 e2e17-N-KV (e.g. e2e17-1024-fp8_e4m3)
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -267,6 +267,24 @@ for s in "$@"; do
   decode-gemm)  # the decode step's matrix products alone: cuBLAS against Inductor's autotuned choice
     stage decode-gemm "${GEMM_TIMEOUT:-240}" python3 benchmarks/gpu/decode_gemm.py \
       --batch-sizes ${DECODE_BATCHES:-64 256} --out "$RES"
+    ;;
+  decode17)  # the FP8 KV cache against the model's bf16 one, beside transformers' static cache
+    # shellcheck disable=SC2086  # DECODE_BATCHES: batch sizes, space-separated
+    stage decode17 "${DECODE_TIMEOUT:-300}" python3 benchmarks/gpu/decode.py --batch-sizes ${DECODE_BATCHES:-64 256} \
+      --prompt-len 128 --new-tokens 256 --repeats 3 --hf static \
+      --variants graph,compile,fused,attn=triton,compileprefill \
+      graph,compile,fused,attn=triton,compileprefill,kv=fp8_e4m3 \
+      --deadline-s "$(( ${DECODE_TIMEOUT:-300} - 30 ))" --out "$RES"
+    ;;
+  e2e17-*)  # 16xN collections with the KV cache in one type: e2e17-1024-fp8_e4m3, e2e17-256-auto
+    rest=${s#e2e17-}
+    n=${rest%%-*}
+    kv=${rest#*-}
+    # shellcheck disable=SC2086  # E2E_ARGS: extra flags, space-separated (--recompute)
+    stage "$s" "${E2E_TIMEOUT:-280}" python3 benchmarks/gpu/e2e.py --prompts 16 --group 8 \
+      --new-tokens "$n" --collections 3 --publish tensor --kv-cache-dtype "$kv" \
+      --label "dense-16x8x$n-$kv${E2E_LABEL:-}" --deadline-s "$(( ${E2E_TIMEOUT:-280} - 15 ))" \
+      --out "$RES" ${E2E_ARGS:-}
     ;;
   prefill-test)  # the compiled prefill regions against eager on the GPU, bf16
     stage prefill-test 150 python3 -m pytest -q -p no:cacheprovider \

@@ -111,6 +111,8 @@ def embedded_engine_argv(config: dict[str, Any], eng: dict[str, Any], host: str)
         argv += ["--chunked-prefill-size", str(inf["chunked_prefill_size"])]
     if not inf["radix_cache"]:
         argv.append("--disable-radix-cache")
+    if inf["kv_cache_dtype"] != "auto":
+        argv += ["--kv-cache-dtype", str(inf["kv_cache_dtype"])]
     if inf["max_mamba_cache_size"] < inf["max_running_requests"]:
         # binds only for GatedDeltaNet models: one recurrent state per running sequence
         argv += ["--max-mamba-cache-size", str(inf["max_mamba_cache_size"])]
@@ -151,6 +153,8 @@ def sglang_engine_argv(
     ]
     if not inf["radix_cache"]:
         argv.append("--disable-radix-cache")
+    if inf["kv_cache_dtype"] != "auto":
+        argv += ["--kv-cache-dtype", str(inf["kv_cache_dtype"])]
     if not inf["cuda_graph_decode"]:
         argv.append("--disable-cuda-graph")
     if inf["chunked_prefill_size"] is not None:

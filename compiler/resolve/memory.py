@@ -180,6 +180,17 @@ def trainer_peak(parts: dict[str, float]) -> float:
     return trainer_resident(parts) + max(head, blocks, step)
 
 
+def kv_entry_bytes(c: dict[str, Any]) -> int:
+    """Bytes of one cached K or V element: 1 for an FP8 cache, else the model's dtype's
+    (``inference.kv_cache_dtype``; bf16 for the GPU runs this plan sizes)."""
+    kv_dtype = str(c["inference"].get("kv_cache_dtype", "auto"))
+    if kv_dtype.startswith("fp8"):
+        return 1
+    if kv_dtype == "auto" and c["model"].get("dtype") == "float32":
+        return 4
+    return 2
+
+
 def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
     """Bytes per engine GPU: bf16 weights, the KV cache the engine allocates, transients."""
     inf = c["inference"]
@@ -191,7 +202,7 @@ def engine_parts(c: dict[str, Any], info: dict[str, Any]) -> dict[str, float]:
         kv_tokens = slots * (-(-ctx // KV_ROW_ALIGN) * KV_ROW_ALIGN)
     else:  # SGLang sizes its token pool
         kv_tokens = int(inf["max_total_tokens"])
-    kv = kv_tokens * s["kv_layers"] * 2 * s["kv"] * 2
+    kv = kv_tokens * s["kv_layers"] * 2 * s["kv"] * kv_entry_bytes(c)
     # a prefill chunk holds up to ENGINE_PREFILL_TOKENS padded tokens, but one prompt is
     # never split: up to a whole context in one forward
     rows = min(max(ENGINE_PREFILL_TOKENS, ctx), slots * ctx)

@@ -217,6 +217,7 @@ CONSUMERS: dict[str, tuple[str, ...]] = {
     "inference.max_total_tokens": (_ENGINE_ARGV,),
     "inference.mem_fraction_static": (_ENGINE_ARGV,),
     "inference.radix_cache": (_ENGINE_ARGV,),
+    "inference.kv_cache_dtype": (_ENGINE_ARGV, _SGLANG_ARGV),
     "inference.cuda_graph_decode": (_ENGINE_ARGV,),
     "inference.cuda_graph_max_bs": (_ENGINE_ARGV,),
     "inference.max_mamba_cache_size": (

@@ -48,6 +48,7 @@ OWNED: dict[str, dict[str, str]] = {
         "max_total_tokens": "set inference.max_total_tokens instead",
         "context_length": "set inference.max_context_length instead",
         "disable_radix_cache": "set inference.radix_cache instead",
+        "kv_cache_dtype": "set inference.kv_cache_dtype instead",
         "enable_return_routed_experts": "set trainer.router_replay instead",
         "random_seed": "set data.seed (or inference.seed) instead",
         "dtype": "set model.dtype instead",

@@ -141,6 +141,13 @@ class InferenceSection(Section):
         "reuses the longest cached prefix of each prompt (LRU-evicted, flushed on weight "
         "updates)",
     )
+    kv_cache_dtype: Literal["auto", "bf16", "fp8_e4m3", "fp8_e5m2"] = fld(
+        "auto",
+        description="KV cache storage type (SGLang's --kv-cache-dtype): auto = the model's "
+        "dtype; fp8_e4m3 / fp8_e5m2 hold twice the tokens in the same memory and halve what "
+        "a decode step reads of them, at a larger train/inference log-prob gap (values kept "
+        "with a scale of 1)",
+    )
     max_mamba_cache_size: int = fld(
         128,
         description="recurrent states per engine for GatedDeltaNet (olmo_hybrid) models: one per "

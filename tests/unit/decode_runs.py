@@ -19,11 +19,18 @@ def _prompts() -> list[list[int]]:
 
 
 def decode_logits(
-    loaded: Any, attention: str, *, compile_backend: Any = None, steps: int = 5
+    loaded: Any,
+    attention: str,
+    *,
+    compile_backend: Any = None,
+    steps: int = 5,
+    kv_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, InferenceModel]:
     """Greedy decode steps after a batched prefill, on the CPU: ``(steps, B, V)`` logits."""
     prompts = _prompts()
-    im = InferenceModel(loaded.model, max_slots=4, capacity=300, decode_attention=attention)
+    im = InferenceModel(
+        loaded.model, max_slots=4, capacity=300, decode_attention=attention, kv_dtype=kv_dtype
+    )
     if compile_backend is not None:
         im.enable_compile(backend=compile_backend)
     im.prefill_batch(prompts, list(range(len(prompts))))
@@ -37,11 +44,18 @@ def decode_logits(
     return torch.stack(out), im
 
 
-def captured_logits(loaded: Any, attention: str, steps: int) -> tuple[torch.Tensor, InferenceModel]:
+def captured_logits(
+    loaded: Any, attention: str, steps: int, kv_dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, InferenceModel]:
     """The same on a GPU, through the compiled regions and CUDA graphs (float32 logits)."""
     prompts = _prompts()
     im = InferenceModel(
-        loaded.model, max_slots=4, capacity=300, device="cuda", decode_attention=attention
+        loaded.model,
+        max_slots=4,
+        capacity=300,
+        device="cuda",
+        decode_attention=attention,
+        kv_dtype=kv_dtype,
     )
     im.enable_compile()
     im.enable_cuda_graphs()

@@ -100,13 +100,43 @@ def test_the_embedded_engine_parses_every_option_the_compiler_emits_for_it() -> 
     from compiler.resolve.argv import embedded_engine_argv
     from runtime.engines.embedded.__main__ import build_parser
 
-    config = _manifest("inference.chunked_prefill_size=96", "inference.radix_cache=true")["config"]
+    config = _manifest(
+        "inference.chunked_prefill_size=96",
+        "inference.radix_cache=true",
+        'inference.kv_cache_dtype="fp8_e4m3"',
+    )["config"]
     gpu = embedded_engine_argv(config, {"port": 1, "device": "cuda"}, "127.0.0.1")
     args = build_parser().parse_args(gpu[3:])
     assert (args.seed, args.max_total_tokens, args.prefill_tokens) == (17, 524288, 96)
     assert (args.mem_fraction_static, args.cuda_graph_max_bs, args.radix_cache) == (0.4, 64, True)
+    assert args.kv_cache_dtype == "fp8_e4m3"
     cpu = embedded_engine_argv(config, {"port": 1, "device": "cpu"}, "127.0.0.1")
     assert "--mem-fraction-static" not in cpu and "--cuda-graph-max-bs" not in cpu
+    # the default (the model's dtype) is the engine's own default: no flag
+    plain = embedded_engine_argv(_manifest()["config"], {"port": 1, "device": "cuda"}, "h")
+    assert "--kv-cache-dtype" not in plain
+    assert build_parser().parse_args(plain[3:]).kv_cache_dtype == "auto"
+
+
+def test_sglang_takes_the_kv_cache_dtype_from_its_field_not_from_native() -> None:
+    from compiler.pipeline import compile_spec
+
+    result = compile_spec(
+        ROOT / "specs/examples/gpu-dense.toml",
+        ['inference.engine="sglang"', 'inference.kv_cache_dtype="fp8_e5m2"'],
+    )
+    assert not result.errors, [d.message for d in result.errors]
+    argv = result.manifest()["commands"]["engine_argv"][0]
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert _flag(argv, "--kv-cache-dtype") == "fp8_e5m2"
+    # and [native.sglang] cannot set it behind the field's back
+    owned = compile_spec(
+        ROOT / "specs/examples/gpu-dense.toml",
+        ['inference.engine="sglang"', 'native.sglang.kv_cache_dtype="fp8_e4m3"'],
+    )
+    assert [(d.code, d.help) for d in owned.errors] == [
+        ("native-owned", ("set inference.kv_cache_dtype instead",))
+    ]
 
 
 # ---- the running processes -----------------------------------------------------------------

@@ -49,6 +49,8 @@ def test_kernel_attends_exactly_each_rows_entries(interpreted: dict) -> None:
 def test_decode_step_gives_sdpa_logits(interpreted: dict) -> None:
     model = interpreted["model"]
     assert model["window"] < 1e-5 and model["gqa"] < 1e-5
+    # an FP8 cache: the kernel's in-load conversion gives SDPA's logits over the same values
+    assert model["fp8"] < 1e-5
     assert model["compiled_on"] == 1.0 and model["compiled"] < 1e-5
     # the bounds are tensors, so windowed and full layers share one block trace (+ the head)
     assert model["compiled_frames"] == 2
@@ -63,11 +65,12 @@ def _signature(fn, types: dict[str, str], constexprs: dict) -> dict[str, str]:  
     return {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in fn.arg_names}
 
 
+@pytest.mark.parametrize("kv", ["*bf16", "*fp8e4nv", "*fp8e5"])
 @pytest.mark.parametrize("group", [1, 4])
-def test_kernels_compile_for_hopper(group: int) -> None:
+def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
     """Both kernels, each variant the engine launches (one chunk a row or several; MHA and
-    grouped heads), compiled ahead of time for sm_90 down to a cubin by Triton's own
-    ptxas: the GPU compile runs here, where no GPU does."""
+    grouped heads; a bf16 or an FP8 cache), compiled ahead of time for sm_90 down to a
+    cubin by Triton's own ptxas: the GPU compile runs here, where no GPU does."""
     if interpreter_on():
         pytest.skip("Triton's interpreter is on in this process")
     import triton
@@ -83,7 +86,8 @@ def test_kernels_compile_for_hopper(group: int) -> None:
     for whole in (True, False):
         buffers = "*bf16" if whole else "*fp32"
         types = {
-            **dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "out_ptr"), "*bf16"),
+            **dict.fromkeys(("q_ptr", "out_ptr"), "*bf16"),
+            **dict.fromkeys(("k_ptr", "v_ptr"), kv),
             **dict.fromkeys(("lo_ptr", "hi_ptr"), "*i64"),
             **dict.fromkeys(("part_ptr", "lse_ptr"), buffers),
             "scale_log2": "fp32",
@@ -130,16 +134,18 @@ def test_default_decode_attention_follows_the_device() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel needs a GPU")
-def test_captured_triton_decode_matches_sdpa_on_gpu() -> None:
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+def test_captured_triton_decode_matches_sdpa_on_gpu(kv_dtype: torch.dtype | None) -> None:
     """The kernel inside the compiled, captured step against SDPA's (bf16), with one graph
-    per batch size for every length."""
+    per batch size for every length; with an FP8 cache both read the same stored values."""
     torch._dynamo.reset()
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
     loaded.model.to(device="cuda", dtype=torch.bfloat16)
     outs = {}
     for attention in ("sdpa", "triton"):
         # 60 steps: rows cross 64-entry blocks and the 256-entry SDPA bucket
-        outs[attention], im = captured_logits(loaded, attention, steps=60)
+        outs[attention], im = captured_logits(loaded, attention, steps=60, kv_dtype=kv_dtype)
+        assert im.kv_dtype == (kv_dtype or torch.bfloat16)
         if attention == "triton":
             assert {length for _, length in im.graph_keys()} == {im.cache_len}
     # greedy paths may part where two logits tie in bf16: compare the first steps closely

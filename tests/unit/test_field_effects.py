@@ -9,7 +9,7 @@ do neither here is listed in ``EXEMPT`` with the reason.
 The typed settings are the whole resolved spec, so a perturbed value always changes them;
 a setting counts only if a real run READ it: the quickstart runs once per test run with
 ``RLC_RECORD_READS`` (tests/unit/recorded_reads.py), which records every spec field any of
-its processes reads. Of the 244 fields, 170 have a runtime reader in the consumer
+its processes reads. Of the 245 fields, 170 have a runtime reader in the consumer
 registry; 44 of those are read only where no CPU run goes (async rollouts, distillation,
 Beaker evaluation, judges, other tasks' loaders, ahead-of-time preparation) and
 count on the registry's word: each is listed in ``NOT_RECORDED`` with its reason.

@@ -40,13 +40,19 @@ def test_engine_admission_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 
 def test_decode_variants_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """The merged-projection A/B (``unfused``) parses and runs on the tiny model."""
+    """The merged-projection A/B (``unfused``) and the FP8 cache (``kv=``) parse and run on
+    the tiny model; the bound counts the FP8 cache's one-byte entries."""
     decode = _load("benchmarks/gpu/decode.py", "gpu_decode_bench")
     argv = ["--device", "cpu", "--source", "builtin:tiny", "--batch-sizes", "2"]
     argv += ["--prompt-len", "8", "--new-tokens", "4", "--repeats", "1", "--hf", "dynamic"]
-    assert decode.main([*argv, "--variants", "eager", "eager,unfused", "--out", str(tmp_path)]) == 0
-    assert "eager,unfused" in capsys.readouterr().out
+    variants = ["eager", "eager,unfused", "eager,kv=fp8_e4m3"]
+    assert decode.main([*argv, "--variants", *variants, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "eager,unfused" in out and "eager,kv=fp8_e4m3" in out
     assert not decode.parse_variant("graph,unfused").fuse
+    assert decode.parse_variant("graph,kv=fp8_e5m2").kv_dtype == "fp8_e5m2"
+    with pytest.raises(ValueError, match="kv=fp8_e4m3"):
+        decode.parse_variant("graph,kv=int4")
 
 
 def test_e2e_dry_run(
@@ -58,8 +64,10 @@ def test_e2e_dry_run(
     e2e = _load("benchmarks/gpu/e2e.py", "gpu_e2e_bench")
     # --graph-kv-step reaches the engine (no decode graphs on a CPU: nothing captured)
     argv = ["--dry-run", "--compile-cache", str(tmp_path / "cache"), "--graph-kv-step", "64"]
+    argv += ["--kv-cache-dtype", "fp8_e4m3"]
     assert e2e.main([*argv, "--sample-admission"]) == 0
     out = capsys.readouterr().out
+    assert "KV cache float8_e4m3fn" in out
     assert "collection 1:" in out and "total_s" in out
     # each collection says where its admissions' host time went, and what it compiled
     assert out.count("'admission_stacks': {'within': '_admit'") == 2

@@ -92,6 +92,23 @@ def test_one_b_parts_by_hand(ctx: int) -> None:
     assert e["prefill_position_grid"] == ctx * ctx * 8
 
 
+def test_the_kv_cache_dtype_sizes_the_engines_cache() -> None:
+    """An FP8 cache is half the bf16 one; a float32 model's own-dtype cache twice it."""
+    ctx = 16384
+    base = engine_parts(_config(ctx), ONE_B)["kv_cache"]
+    for kv_dtype, model_dtype, ratio in (
+        ("fp8_e4m3", "bfloat16", 0.5),
+        ("fp8_e5m2", "bfloat16", 0.5),
+        ("bf16", "float32", 1.0),
+        ("auto", "float32", 2.0),
+        ("auto", "bfloat16", 1.0),
+    ):
+        c = _config(ctx)
+        c["inference"]["kv_cache_dtype"] = kv_dtype
+        c["model"]["dtype"] = model_dtype
+        assert engine_parts(c, ONE_B)["kv_cache"] == base * ratio, (kv_dtype, model_dtype)
+
+
 def test_no_recompute_keeps_every_block() -> None:
     d, f, ctx = 2048, 8192, 16384
     p = trainer_parts(_config(ctx, recompute=False), ONE_B, world=4)

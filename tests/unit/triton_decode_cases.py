@@ -55,6 +55,20 @@ def kernel_errors() -> dict[str, float]:
                 errors[f"{name}{label}-{str(dtype).removeprefix('torch.')}"] = (
                     (got.double() - want).abs().max().item()
                 )
+    # an FP8 cache: the kernel converts the stored values as it loads them
+    for kv_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        bsz, heads, kv_heads, length, dim = shapes["gqa"]
+        q = torch.randn(bsz, heads, dim, generator=g).to(torch.bfloat16)
+        k = torch.randn(bsz, kv_heads, length, dim, generator=g).to(kv_dtype)
+        v = torch.randn(bsz, kv_heads, length, dim, generator=g).to(kv_dtype)
+        hi = torch.randint(1, length + 1, (bsz,), generator=g)
+        lo = (hi - torch.randint(1, 160, (bsz,), generator=g)).clamp(min=0)
+        want = reference(q, k.float(), v.float(), lo, hi, 0.125)
+        got = decode_attention(q, k, v, lo, hi, 0.125)
+        assert got.dtype == torch.bfloat16
+        errors[f"gqa-kv-{str(kv_dtype).removeprefix('torch.')}"] = (
+            (got.double() - want).abs().max().item()
+        )
     return errors
 
 
@@ -67,6 +81,12 @@ def model_errors() -> dict[str, float]:
         ref, _ = decode_logits(loaded, "sdpa")
         got, _ = decode_logits(loaded, "triton")
         out[name] = (ref - got).abs().max().item()
+    # an FP8 cache: SDPA reads the values converted back, the kernel converts as it loads
+    loaded = build_tiny("dense", seed=2, n_layers=2, window=130)
+    fp8 = torch.float8_e4m3fn
+    ref, _ = decode_logits(loaded, "sdpa", kv_dtype=fp8)
+    got, _ = decode_logits(loaded, "triton", kv_dtype=fp8)
+    out["fp8"] = (ref - got).abs().max().item()
     torch._dynamo.reset()
     loaded = build_tiny("dense", seed=2, window=130, n_layers=4)
     ref, _ = decode_logits(loaded, "sdpa")

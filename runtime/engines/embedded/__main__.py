@@ -16,6 +16,8 @@ import torch
 
 # SGLang's --attention-backend names -> the embedded engine's decode attention
 ATTENTION_BACKENDS = {"torch_native": "sdpa", "flex_attention": "flex", "triton": "triton"}
+# --kv-cache-dtype values (``forward.KV_CACHE_DTYPES``, named here so the parser loads fast)
+KV_CACHE_DTYPE_NAMES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="on a GPU: the fraction of its memory for weights + KV pool (caps the pool)",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPE_NAMES,
+        help="the KV cache's storage type (SGLang's names): auto = the model's dtype; "
+        "fp8_e4m3 / fp8_e5m2 hold twice the tokens and halve what a decode step reads of "
+        "them, values saturated with a scale of 1",
     )
     p.add_argument("--context-length", type=int, default=2048)
     p.add_argument(
@@ -320,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         mem_fraction_static=args.mem_fraction_static,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
         radix_cache=args.radix_cache,
+        kv_cache_dtype=args.kv_cache_dtype,
         decode_attention=(
             ATTENTION_BACKENDS[args.attention_backend] if args.attention_backend else None
         ),

@@ -61,6 +61,7 @@ from .forward import (
     kv_pool_tokens,
     prefix_cache_tokens,
 )
+from .forward import kv_cache_dtype as kv_cache_dtype_of
 from .radix import RadixCache, RadixNode
 from .sampling import BadRequest, SamplingBatch, SamplingParams, sample_batch, uniforms
 
@@ -282,6 +283,7 @@ class Engine:
         admission_quiet_s: float = 0.005,
         admission_window_s: float = 0.05,
         fuse_projections: bool = True,
+        kv_cache_dtype: str = "auto",
         on_weights_failed: Callable[[str], None] | None = None,
     ):
         self.model = loaded.model
@@ -295,10 +297,18 @@ class Engine:
         self.startup_phases: list[dict[str, Any]] = []
         self.weight_version = weight_version
         self.vocab_size = int(self.model.embeddings.weight.shape[0])
+        # the cache's storage type: an 8-bit cache holds twice the tokens in the same pool
+        self.kv_cache_dtype = kv_cache_dtype
+        kv_dtype = kv_cache_dtype_of(kv_cache_dtype, self.model.embeddings.weight.dtype)
         # the KV token pool: max_total_tokens, and on a GPU mem_fraction_static of its memory
         # (see kv_pool_tokens); the cache holds as many context-length slots as fit in it
         probe = InferenceModel(
-            self.model, max_slots=1, capacity=context_length, device=device, fuse_projections=False
+            self.model,
+            max_slots=1,
+            capacity=context_length,
+            device=device,
+            fuse_projections=False,
+            kv_dtype=kv_dtype,
         )
         per_token, cache_len = probe.kv_bytes_per_token(), probe.cache_len
         del probe
@@ -336,6 +346,7 @@ class Engine:
             device=device,
             decode_attention=decode_attention,
             fuse_projections=fuse_projections,
+            kv_dtype=kv_dtype,
         )
         self.prefix = self._make_prefix_cache(per_token)
         # chunked prefill: padded prompt tokens per prefill forward (<= 0: one forward)

@@ -12,6 +12,13 @@ requests in slots ``0..B-1`` (it compacts on finish), so a decode step attends o
 ``cache[:B, :, :L]`` without gathering. Prefill takes many ragged prompts in one forward;
 decode can run from CUDA graphs bucketed by batch size and attended length ``L``.
 
+The cache may hold K/V in a narrower type than the model computes in (``kv_dtype``,
+SGLang's ``--kv-cache-dtype``): FP8 halves what a decode step reads at long contexts, where
+K/V outweighs the weights. Values are stored saturated, with a scale of 1 (SGLang's default
+without calibrated scales), and read back into the model's dtype; the prefill attends to the
+same rounded values the decode steps will read, so a token's attention does not depend on
+whether its keys came from this forward or from the cache.
+
 GatedDeltaNet layers (``olmo_hybrid``) keep no KV rows: their per-slot recurrent and
 convolution state lives in ``recurrent.RecurrentState``, moved and graph-captured with the
 slots like the KV rows.
@@ -51,6 +58,24 @@ COMPILE_KV_STEP = 256  # attended-length granularity of the compiled decode step
 DECODE_ATTENTION = ("sdpa", "flex", "triton")
 # decode attentions that read each row's own entries: one length bucket (the cache row)
 ROW_EXACT_ATTENTION = ("flex", "triton")
+# ``--kv-cache-dtype`` values the embedded engine stores (SGLang's names); "auto": the model's
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
+    "auto": None,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The cache's storage type for ``--kv-cache-dtype name`` with a model in ``model_dtype``."""
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv cache dtype must be one of {', '.join(KV_CACHE_DTYPES)}")
+    return KV_CACHE_DTYPES[name] or model_dtype
+
+
 # the fused step's samplers, each serving every row the ones before it serve
 SAMPLER_MODES = ("greedy", "sample", "truncate")
 
@@ -290,6 +315,7 @@ class InferenceModel:
         device: torch.device | str = "cpu",
         decode_attention: str | None = None,
         fuse_projections: bool = True,
+        kv_dtype: torch.dtype | None = None,
     ):
         if decode_attention is None:
             decode_attention = default_decode_attention(torch.device(device))
@@ -330,6 +356,11 @@ class InferenceModel:
         self.moe_layers = [i for i, layer in enumerate(self.layers) if layer.moe is not None]
         self.top_k = self.layers[self.moe_layers[0]].moe.top_k if self.moe_layers else 0
         self.dtype = model.embeddings.weight.dtype
+        # the cache's storage type (``kv_dtype``; default the model's), and the bound FP8
+        # values saturate at (an unclamped cast of a larger value gives NaN in e4m3)
+        self.kv_dtype = kv_dtype or self.dtype
+        self._kv_cast = self.kv_dtype != self.dtype
+        self._kv_max = torch.finfo(self.kv_dtype).max if self.kv_dtype in _FP8 else None
         self._rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._rope_alias: dict[int, int] = {}  # id(layer.rope) -> its shared table's key
         # compiled regions of the decode step (``enable_compile``): "layer", "logits", "sample"
@@ -363,13 +394,13 @@ class InferenceModel:
         if len(shapes) == 1:
             (shape,) = shapes
             self._kv_store = torch.zeros(
-                (2 * attn_layers, *shape), dtype=self.dtype, device=self.device
+                (2 * attn_layers, *shape), dtype=self.kv_dtype, device=self.device
             )
         made = 0
         for layer in self.layers:
             if layer.gdn:  # keeps k_cache/v_cache indexed by layer
-                self.k_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
-                self.v_cache.append(torch.zeros(0, dtype=self.dtype, device=self.device))
+                self.k_cache.append(torch.zeros(0, dtype=self.kv_dtype, device=self.device))
+                self.v_cache.append(torch.zeros(0, dtype=self.kv_dtype, device=self.device))
                 continue
             if self._kv_store is not None:
                 self.k_cache.append(self._kv_store[made])
@@ -377,8 +408,31 @@ class InferenceModel:
                 made += 1
                 continue
             shape = (max_slots, layer.attn.n_kv_heads, self.cache_len, layer.attn.head_dim)
-            self.k_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
-            self.v_cache.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+            self.k_cache.append(torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+            self.v_cache.append(torch.zeros(shape, dtype=self.kv_dtype, device=self.device))
+
+    def _to_cache(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as the cache stores it: FP8 saturated at its largest finite value."""
+        if not self._kv_cast:
+            return x
+        if self._kv_max is not None:
+            x = x.clamp(-self._kv_max, self._kv_max)
+        return x.to(self.kv_dtype)
+
+    def _from_cache(self, x: torch.Tensor) -> torch.Tensor:
+        """Cache entries in the model's dtype, for attention that cannot read the stored type."""
+        return x.to(self.dtype) if self._kv_cast else x
+
+    def _raw(self, x: torch.Tensor) -> torch.Tensor:
+        """FP8 cache tensors as their bytes: torch's gathers, scatters and index copies do
+        not all take FP8 (``index_copy``, ``index_select``, advanced indexing on the CPU or
+        the GPU), and moving bytes is the same move."""
+        return x.view(torch.uint8) if self._kv_max is not None else x
+
+    def _gather_cache(self, cache: torch.Tensor, rows: torch.Tensor, end: int) -> torch.Tensor:
+        """``cache[rows, :, :end]`` in the model's dtype."""
+        got = self._raw(cache)[rows, :, :end]
+        return self._from_cache(got.view(self.kv_dtype) if self._kv_max is not None else got)
 
     @property
     def is_moe(self) -> bool:
@@ -724,12 +778,15 @@ class InferenceModel:
         def core(layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             li = layer.index
             kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+            kq, vq = self._to_cache(kt), self._to_cache(vt)
             if slot_index is None:
-                self.k_cache[li][s0 : s0 + bsz, :, :t] = kt
-                self.v_cache[li][s0 : s0 + bsz, :, :t] = vt
+                self.k_cache[li][s0 : s0 + bsz, :, :t] = kq
+                self.v_cache[li][s0 : s0 + bsz, :, :t] = vq
             else:
-                self.k_cache[li][slot_index, :, :t] = kt
-                self.v_cache[li][slot_index, :, :t] = vt
+                self._raw(self.k_cache[li])[slot_index, :, :t] = self._raw(kq)
+                self._raw(self.v_cache[li])[slot_index, :, :t] = self._raw(vq)
+            # a narrower cache: attend to the values the decode steps will read back
+            kt, vt = self._from_cache(kq), self._from_cache(vq)
             mask = mask_for(layer.window)
             return F.scaled_dot_product_attention(
                 q.transpose(1, 2),
@@ -776,16 +833,18 @@ class InferenceModel:
             li = layer.index
             kc, vc = self.k_cache[li], self.v_cache[li]
             # every row's new entries in one scatter per cache (not one per row)
-            kc[write_slot, :, write_pos] = k[write_rows, write_cols].to(kc.dtype)
-            vc[write_slot, :, write_pos] = v[write_rows, write_cols].to(vc.dtype)
+            kq = self._to_cache(k[write_rows, write_cols])
+            vq = self._to_cache(v[write_rows, write_cols])
+            self._raw(kc)[write_slot, :, write_pos] = self._raw(kq)
+            self._raw(vc)[write_slot, :, write_pos] = self._raw(vq)
             w = layer.window
             if w not in masks:
                 m = key_ok if w is None else key_ok & (dist < w)
                 masks[w] = m.unsqueeze(1)  # (B, 1, T, K)
             return F.scaled_dot_product_attention(
                 q.transpose(1, 2),
-                kc[slot_index, :, :kv_t],
-                vc[slot_index, :, :kv_t],
+                self._gather_cache(kc, slot_index, kv_t),
+                self._gather_cache(vc, slot_index, kv_t),
                 attn_mask=masks[w],
                 scale=layer.scale,
                 enable_gqa=layer.gqa,
@@ -1039,13 +1098,13 @@ class InferenceModel:
                 return self.recurrent.decode(lay.index, inp)
             q, k, v = self._qkv(lay, inp, rope_rows)
             rows = torch.arange(bsz, device=inp.device)
-            kc[rows, :, positions] = k[:, 0]
-            vc[rows, :, positions] = v[:, 0]
+            kc[rows, :, positions] = self._to_cache(k[:, 0])
+            vc[rows, :, positions] = self._to_cache(v[:, 0])
             if flex:
                 att = flex_decode_attention(
                     q.transpose(1, 2),
-                    kc[:bsz],
-                    vc[:bsz],
+                    self._from_cache(kc[:bsz]),
+                    self._from_cache(vc[:bsz]),
                     positions,
                     mask,
                     lay.scale,
@@ -1055,12 +1114,13 @@ class InferenceModel:
             if self.decode_attention == "triton":
                 lo, hi = mask
                 assert self._split_kv is not None
+                # the kernel reads the stored type (FP8 included) and converts as it loads
                 att = self._split_kv(q[:, 0], kc[:bsz], vc[:bsz], lo, hi, float(lay.scale))
                 return self._attn_out(lay, inp, att.unsqueeze(2))
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
-                kc[:bsz, :, :length],
-                vc[:bsz, :, :length],
+                self._from_cache(kc[:bsz, :, :length]),
+                self._from_cache(vc[:bsz, :, :length]),
                 attn_mask=mask,
                 scale=lay.scale,
                 enable_gqa=lay.gqa,
@@ -1381,6 +1441,7 @@ class InferenceModel:
             # the whole store in one copy, or each layer's K and V apart
             store = self._kv_store
             for c in [store] if store is not None else [r[None] for r in self.kv_rows()]:
+                c = self._raw(c)
                 c[:, d, :, :length] = c[:, s, :, :length]
         else:
             src = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=self.device)
@@ -1388,7 +1449,7 @@ class InferenceModel:
             # layer by layer even with one store: the gathered temporary stays one layer's
             # (a group's 112 followers at 244 tokens gather 112 MB a layer, 3.6 GB at once)
             for c in self.kv_rows():
-                head = c[:, :, :length]
+                head = self._raw(c)[:, :, :length]
                 head.index_copy_(0, dst, head.index_select(0, src))  # gathered first
         if self.recurrent is not None:
             for s, d in pairs:
@@ -1414,7 +1475,9 @@ class InferenceModel:
         parts = [p for t in kv for p in t.unbind(0)]
         if len(parts) != len(rows):
             raise ValueError(f"K/V for {len(parts)} cache rows, the model has {len(rows)}")
-        torch._foreach_copy_([c[slot, :, start : start + n] for c in rows], parts)
+        torch._foreach_copy_(
+            [self._raw(c[slot, :, start : start + n]) for c in rows], [self._raw(p) for p in parts]
+        )
         return n
 
     def kv_rows(self) -> list[torch.Tensor]:
