@@ -318,6 +318,15 @@ def main(argv: list[str] | None = None) -> int:
         t_f = time.perf_counter()
         warm["frozen_objects"] = freeze_heap()
         warm["freeze_s"] = time.perf_counter() - t_f
+
+    def peak_gib() -> float | None:
+        """The allocated peak since the last call (GiB), the counter reset for the next."""
+        if not cuda:
+            return None
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+
     with tempfile.TemporaryDirectory() as tmp:
         for c in range(args.collections):
             elapsed = time.perf_counter() - t_main
@@ -337,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             t_start = time.perf_counter()
             results = generate(eng, ids, args.group, params)
             t_gen = time.perf_counter()
+            memory = {"generation_peak": peak_gib()}
             gen_graphs = compiled_graphs() - gen_graphs0
             admission_stacks = sampler.stop() if sampler is not None else None
             # where generation went: decode steps (256 new tokens need ~256), prefill seconds
@@ -363,10 +373,17 @@ def main(argv: list[str] | None = None) -> int:
             # FlexAttention block masks) and compiles it triggers
             rows = trainer._rows(samples)
             graphs0 = compiled_graphs()
+            # what the engine still holds while the trainer updates: its prefix tree keeps
+            # the finished sequences' K/V until the publication drops it
+            memory["prefix_cache_tokens_at_update"] = eng.prefix_cache_tokens
+            memory["allocated_before_update"] = (
+                torch.cuda.memory_allocated() / 2**30 if cuda else None
+            )
             t_score = time.perf_counter()
             metrics = trainer.train_step(samples)
             sync()
             t_upd = time.perf_counter()
+            memory["update_peak"] = peak_gib()
             if args.publish == "disk":
                 sd = trainer.state_dict_for_publication(dtype=dtype, device="cpu")
                 path = write_snapshot(sd, Path(tmp), c + 1)
@@ -380,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                 pub_detail.append({"copy_s": res.send_s, "audit_s": res.audit_s})
             sync()
             t_pub = time.perf_counter()
+            memory["publication_peak"] = peak_gib()
             row = {
                 "generation_s": t_gen - t_start,
                 "scoring_s": t_score - t_gen,
@@ -399,8 +417,13 @@ def main(argv: list[str] | None = None) -> int:
                 # this process's GC pauses over the collection (every thread's)
                 "gc": pauses.since(gc0),
                 "prompt_tokens": [len(x) for x in ids],
-                # the collection's peak, trainer and engine together (one process)
-                "peak_allocated_gib": (torch.cuda.max_memory_allocated() / 2**30 if cuda else None),
+                # the collection's peak, trainer and engine together (one process), and
+                # each phase's (GiB allocated)
+                "peak_allocated_gib": max(
+                    (v for k, v in memory.items() if k.endswith("_peak") and v is not None),
+                    default=None,
+                ),
+                "memory_gib": memory,
             }
             if admission_stacks is not None:
                 row["admission_stacks"] = admission_stacks
