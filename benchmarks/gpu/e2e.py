@@ -113,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the engine's decode attention (default: the engine's)",
     )
     ap.add_argument(
+        "--radix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the engine's prefix tree (inference.radix_cache; default off, as in a run): "
+        "with it the tree keeps the finished sequences' K/V through the update; a group's "
+        "samples share their prompt's prefill either way",
+    )
+    ap.add_argument(
         "--kv-cache-dtype",
         choices=["auto", "bf16", "fp8_e4m3", "fp8_e5m2"],
         default="auto",
@@ -226,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         cuda_graph=graph,
         mem_fraction_static=engine_fraction,
         kv_cache_dtype=args.kv_cache_dtype,
+        radix_cache=args.radix_cache,
         **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
         **({"graph_kv_step": args.graph_kv_step} if args.graph_kv_step is not None else {}),
     )
@@ -268,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 "graph_kv_step": eng.im.graph_kv_step,
                 "mem_fraction_static": args.mem_fraction_static if engine_fraction else None,
                 "kv_cache_dtype": args.kv_cache_dtype,
+                "radix_cache": args.radix_cache,
                 "engine_slots": eng.max_running,
                 "prefix_cache_max_tokens": eng.prefix.max_tokens if eng.prefix else 0,
                 "decode_graphs": eng.im.captured_graphs(),

@@ -127,8 +127,9 @@ def test_fp8_logprobs_stay_near_the_16bit_caches() -> None:
 
 
 def test_the_engine_serves_an_fp8_cache_alike_with_and_without_its_prefix_cache() -> None:
-    """GRPO's samples of one prompt through the engine with an FP8 cache: prefilled once and
-    copied (prefix cache) or prefilled per sample, the same tokens and log-probs."""
+    """GRPO's samples of one prompt through the engine with an FP8 cache, the prompt's K/V
+    copied to the samples' slots, with and without the prefix tree: the same tokens and
+    log-probs."""
     from test_engine_scheduler import _run
 
     from runtime.engines.embedded.engine import Engine
@@ -147,9 +148,12 @@ def test_the_engine_serves_an_fp8_cache_alike_with_and_without_its_prefix_cache(
         try:
             out[radix] = _run(eng, [prompt] * 4, params, return_logprob=True)
             cached = eng.stats["num_cached_prompt_tokens"]
+            tree = eng.prefix_cache_tokens
         finally:
             eng.stop()
-        assert cached == (3 * len(prompt) if radix else 0)
+        # the group's prompt is prefilled once either way; only the tree keeps it after
+        assert cached == 3 * len(prompt)
+        assert (tree > 0) == radix
     for a, b in zip(out[True], out[False], strict=True):
         assert a["output_ids"] == b["output_ids"]
         lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]

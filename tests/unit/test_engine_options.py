@@ -85,9 +85,10 @@ def test_chunked_prefill_size_sets_the_prefill_chunks(loaded) -> None:
     assert prefill_chunks([8, 8, 8, 8], whole.prefill_tokens) == [[0, 1, 2, 3]]
 
 
-def test_prefix_cache_prefills_a_shared_prompt_once_with_the_same_results(loaded) -> None:
-    """GRPO's samples of one prompt: with the prefix cache the prompt is prefilled once and
-    its KV copied to the other samples' slots; the sampled tokens are the same as without."""
+def test_a_shared_prompt_is_prefilled_once_with_or_without_the_tree(loaded) -> None:
+    """GRPO's samples of one prompt: the prompt is prefilled once and its KV copied to the
+    other samples' slots, with the prefix tree or without it (only the tree keeps the K/V
+    afterwards); the sampled tokens and log-probs are the same either way."""
     prompt = [5, 9, 3, 7, 2, 11]
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, sampling_seed=100 + i)
               for i in range(4)]  # fmt: skip
@@ -100,9 +101,12 @@ def test_prefix_cache_prefills_a_shared_prompt_once_with_the_same_results(loaded
             prompts = [prompt] * 4 + [[1, 2, 3]]
             out[radix] = _run(eng, prompts, [*params, params[0]], return_logprob=True)
             cached = eng.stats["num_cached_prompt_tokens"]
+            tree = eng.prefix_cache_tokens
         finally:
             eng.stop()
-        assert cached == (3 * len(prompt) if radix else 0)
+        # the group's prompt is prefilled once either way; only the tree keeps it after
+        assert cached == 3 * len(prompt)
+        assert (tree > 0) == radix
     for a, b in zip(out[True], out[False], strict=True):
         assert a["output_ids"] == b["output_ids"]
         lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]

@@ -1065,9 +1065,8 @@ class Engine:
 
     def _sharing_groups(self, reqs: list[GenRequest]) -> list[list[GenRequest]]:
         """``reqs`` grouped by identical prefill tokens (GRPO's samples of one prompt share
-        one prefill row), in first-seen order; without the prefix cache, one group each."""
-        if not self.radix_cache:
-            return [[r] for r in reqs]
+        one prefill row), in first-seen order, with or without the prefix tree: sharing
+        needs no memory beyond the slots, and gives the same K/V as one prefill each."""
         groups: dict[tuple[int, ...], list[GenRequest]] = {}
         for r in reqs:
             groups.setdefault(tuple(r.prefill_ids), []).append(r)
@@ -1110,15 +1109,11 @@ class Engine:
     def _prefill_forward(
         self, reqs: list[GenRequest], want: list[bool]
     ) -> tuple[torch.Tensor, list[torch.Tensor | None], list[torch.Tensor] | None]:
-        """The prefill forward of ``reqs``. With the prefix cache on, requests whose prefill
-        tokens are identical (GRPO's samples of one prompt) share one forward: the first
-        one's KV rows are copied into the others' slots and its logits reused; and each
-        such leader's longest prefix held by the radix tree is copied into its slot, so
-        only the rest is prefilled. Every prefilled prompt then enters the tree."""
-        if not self.radix_cache:
-            return self.im.prefill_batch(
-                [r.prefill_ids for r in reqs], [r.slot for r in reqs], want_all=want
-            )
+        """The prefill forward of ``reqs``. Requests whose prefill tokens are identical
+        (GRPO's samples of one prompt) share one forward: the first one's KV rows are
+        copied into the others' slots and its logits reused. With the prefix cache on,
+        each such leader's longest prefix held by the radix tree is copied into its slot,
+        so only the rest is prefilled, and every prefilled prompt then enters the tree."""
         first: dict[tuple[int, ...], int] = {}
         owner = [first.setdefault(tuple(r.prefill_ids), len(first)) for r in reqs]
         leaders = [reqs[owner.index(k)] for k in range(len(first))]
