@@ -56,15 +56,17 @@ def graph_time_us(fn: Any, calls: int, repeats: int) -> float:
 
 def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     from runtime.engines.embedded import triton_decode as td
+    from runtime.engines.embedded.forward import kv_cache_dtype
 
     dev, dtype = "cuda", torch.bfloat16
+    kv_dtype = kv_cache_dtype(args.kv_dtype, dtype)
     heads, dim = args.heads, args.head_dim
     g = torch.Generator(device="cpu").manual_seed(bsz)
     hi = torch.randint(args.min_len, args.max_len + 1, (bsz,), generator=g).to(dev)
     lo = torch.zeros_like(hi)
     shape = (bsz, heads, args.cache_len, dim)
-    k = torch.randn(shape, device=dev, dtype=dtype)
-    v = torch.randn(shape, device=dev, dtype=dtype)
+    k = torch.randn(shape, device=dev, dtype=dtype).to(kv_dtype)
+    v = torch.randn(shape, device=dev, dtype=dtype).to(kv_dtype)
     q = torch.randn(bsz, heads, dim, device=dev, dtype=dtype)
     longest = int(hi.max())
     step = args.kv_step
@@ -72,17 +74,22 @@ def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     mask = (torch.arange(bucket, device=dev).view(1, -1) < hi.view(-1, 1)).view(bsz, 1, 1, -1)
     scale = dim**-0.5
 
-    def sdpa() -> torch.Tensor:
+    def sdpa() -> torch.Tensor:  # an FP8 cache's bucket converted first, as the engine does
         return F.scaled_dot_product_attention(
-            q.unsqueeze(2), k[:, :, :bucket], v[:, :, :bucket], attn_mask=mask, scale=scale
+            q.unsqueeze(2),
+            k[:, :, :bucket].to(dtype),
+            v[:, :, :bucket].to(dtype),
+            attn_mask=mask,
+            scale=scale,
         )
 
-    entry = 2 * heads * dim * 2  # K and V bytes of one entry, bf16
+    entry = 2 * heads * dim * k.element_size()  # K and V bytes of one entry as stored
     needed = int(hi.sum()) * entry
     padded = bsz * bucket * entry
     ref = sdpa()[:, :, 0].float()
     out: dict[str, Any] = {
         "batch": bsz,
+        "kv_dtype": str(kv_dtype).removeprefix("torch."),
         "bucket": bucket,
         "mean_len": float(hi.float().mean()),
         "needed_mb": needed / 1e6,
@@ -140,7 +147,14 @@ def main() -> None:
     ap.add_argument("--warps", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--splits", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument(
+        "--kv-dtype",
+        default="auto",
+        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
+        help="the cache's storage type (the engine's --kv-cache-dtype; auto: bf16)",
+    )
     ap.add_argument("--out", default=None, help="directory for decode_attention.json")
+    ap.add_argument("--label", default="", help="decode_attention-LABEL.json")
     args = ap.parse_args()
     t0 = time.perf_counter()
     results = [run_batch(args, b) for b in args.batch_sizes]
@@ -176,7 +190,8 @@ def main() -> None:
     }
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "decode_attention.json").write_text(json.dumps(payload, indent=1))
+        name = f"decode_attention-{args.label}.json" if args.label else "decode_attention.json"
+        (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
 
 
 if __name__ == "__main__":
