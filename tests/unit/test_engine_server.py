@@ -126,6 +126,7 @@ def test_health_endpoints_and_info(server):
     assert info["is_generation"] is True and "weight_version" in info and "model_path" in info
     srv_info = httpx.get(server.url + "/get_server_info").json()
     assert srv_info["num_requests_total"] >= 1
+    assert srv_info["kv_cache_storage_dtype"] == "float32"  # the tiny model's own dtype
     assert httpx.get(server.url + "/get_weight_checksum").json()["checksum"].startswith("sha256:")
     r = post(server, "/update_weights_from_tensor", {"serialized_named_tensors": []})
     assert r.status_code == 400 and "serialized_named_tensors" in r.json()["message"]

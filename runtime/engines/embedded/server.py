@@ -295,7 +295,8 @@ async def get_server_info(request: web.Request) -> web.Response:
     info["weight_version"] = engine.weight_version
     info["is_moe"] = engine.im.is_moe
     info["kv_cache_bytes"] = engine.im.kv_bytes()
-    info["kv_cache_dtype"] = str(engine.im.kv_dtype).removeprefix("torch.")
+    # the flag's value stays under its own name (SGLang's server args); what the cache holds:
+    info["kv_cache_storage_dtype"] = str(engine.im.kv_dtype).removeprefix("torch.")
     info["max_total_num_tokens"] = engine.max_total_tokens  # the KV token pool
     info["kv_cache_slots"] = engine.im.max_slots
     info["max_running_requests"] = engine.max_running
