@@ -3,8 +3,9 @@
 An FP8 cache holds each K/V entry in one byte: twice the tokens in the same memory, half
 the bytes a decode step reads of them. These tests pin what it must keep: values saturate
 instead of turning into NaN, a token attends to the same rounded values whether its keys
-came from the same prefill, from a cached prefix or from decode steps, the difference to a
-16-bit cache stays bounded, and the engine sizes, reports and serves it."""
+came from the same prefill, from a cached prefix or from decode steps, and the difference
+to a 16-bit cache stays bounded. The engine serving it with and without the prefix tree:
+``test_engine_options.test_a_shared_prompt_is_prefilled_once_with_or_without_the_tree``."""
 
 from __future__ import annotations
 
@@ -124,38 +125,3 @@ def test_fp8_logprobs_stay_near_the_16bit_caches() -> None:
     assert worst["bf16"] < 0.02
     assert worst["fp8_e4m3"] < 0.5 and worst["fp8_e5m2"] < 0.5
     assert worst["fp8_e4m3"] > worst["bf16"]  # the narrower type really is in use
-
-
-def test_the_engine_serves_an_fp8_cache_alike_with_and_without_its_prefix_cache() -> None:
-    """GRPO's samples of one prompt through the engine with an FP8 cache, the prompt's K/V
-    copied to the samples' slots, with and without the prefix tree: the same tokens and
-    log-probs."""
-    from test_engine_scheduler import _run
-
-    from runtime.engines.embedded.engine import Engine
-    from runtime.engines.embedded.sampling import SamplingParams
-
-    loaded = build_tiny("dense", seed=7)
-    prompt = _prompt(9, 5)
-    params = [SamplingParams(max_new_tokens=6, temperature=1.0, sampling_seed=100 + i)
-              for i in range(4)]  # fmt: skip
-    out = {}
-    for radix in (True, False):
-        eng = Engine(loaded, model_path="t", max_running_requests=4, context_length=64,
-                     radix_cache=radix, kv_cache_dtype="fp8_e4m3")  # fmt: skip
-        assert eng.kv_cache_dtype == "fp8_e4m3" and eng.im.kv_dtype is FP8
-        eng.start()
-        try:
-            out[radix] = _run(eng, [prompt] * 4, params, return_logprob=True)
-            cached = eng.stats["num_cached_prompt_tokens"]
-            tree = eng.prefix_cache_tokens
-        finally:
-            eng.stop()
-        # the group's prompt is prefilled once either way; only the tree keeps it after
-        assert cached == 3 * len(prompt)
-        assert (tree > 0) == radix
-    for a, b in zip(out[True], out[False], strict=True):
-        assert a["output_ids"] == b["output_ids"]
-        lp_a = [x[0] for x in a["meta_info"]["output_token_logprobs"]]
-        lp_b = [x[0] for x in b["meta_info"]["output_token_logprobs"]]
-        assert max(abs(x - y) for x, y in zip(lp_a, lp_b, strict=True)) < 1e-4

@@ -85,17 +85,22 @@ def test_chunked_prefill_size_sets_the_prefill_chunks(loaded) -> None:
     assert prefill_chunks([8, 8, 8, 8], whole.prefill_tokens) == [[0, 1, 2, 3]]
 
 
-def test_a_shared_prompt_is_prefilled_once_with_or_without_the_tree(loaded) -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_a_shared_prompt_is_prefilled_once_with_or_without_the_tree(
+    loaded, kv_cache_dtype: str
+) -> None:
     """GRPO's samples of one prompt: the prompt is prefilled once and its KV copied to the
     other samples' slots, with the prefix tree or without it (only the tree keeps the K/V
-    afterwards); the sampled tokens and log-probs are the same either way."""
+    afterwards); the sampled tokens and log-probs are the same either way, with an FP8
+    cache too (its bytes move through the same copies)."""
     prompt = [5, 9, 3, 7, 2, 11]
     params = [SamplingParams(max_new_tokens=6, temperature=1.0, sampling_seed=100 + i)
               for i in range(4)]  # fmt: skip
     out = {}
     for radix in (True, False):
         eng = Engine(loaded, model_path="t", max_running_requests=4, context_length=64,
-                     radix_cache=radix)  # fmt: skip
+                     radix_cache=radix, kv_cache_dtype=kv_cache_dtype)  # fmt: skip
+        assert eng.kv_cache_dtype == kv_cache_dtype
         eng.start()
         try:
             prompts = [prompt] * 4 + [[1, 2, 3]]
