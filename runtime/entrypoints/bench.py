@@ -30,6 +30,9 @@ PHASES = (
 )
 
 
+_GAP = "mismatch/logprob_abs_mean"
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -72,6 +75,12 @@ def bench(root: Path, gpus: int) -> dict[str, Any]:
                 "first": f[0] if f else None,
                 "steady": _median(s),
             }
+    # the engines' log-probs against the trainer's over the sampled tokens: what a faster
+    # engine setting (an FP8 KV cache) costs, beside the speed it buys
+    f = [float(r[_GAP]) for r in first if isinstance(r.get(_GAP), int | float)]
+    s = [float(r[_GAP]) for r in rest if isinstance(r.get(_GAP), int | float)]
+    if f or s:
+        out["logprob_gap"] = {"first": f[0] if f else None, "steady": _median(s)}
     # graphs compiled during updates: the warm-up should leave none for the run to meet
     compiles = [r.get("train/new_compiled_graphs") for r in records]
     if any(isinstance(c, int | float) for c in compiles):
@@ -84,6 +93,8 @@ def bench(root: Path, gpus: int) -> dict[str, Any]:
 def _fmt(v: float | None, unit: str = "s") -> str:
     if v is None:
         return "-"
+    if unit == "gap":
+        return f"{v:.4f}"
     return f"{v:,.0f}" if unit == "tok" else f"{v:.3f}"
 
 
@@ -113,6 +124,13 @@ def table(data: dict[str, Any]) -> str:
     tps = data["tokens_per_s_per_gpu"]
     label = f"tokens/s/GPU ({data['gpus']})"
     lines.append(f"{label:<22}{_fmt(tps['first'], 'tok'):>18}{_fmt(tps['steady'], 'tok'):>24}")
+    gap = data.get("logprob_gap")
+    if gap:
+        label = "log-prob gap"
+        lines.append(
+            f"{label:<22}{_fmt(gap['first'], 'gap'):>18}{_fmt(gap['steady'], 'gap'):>24}"
+            "  (engine vs trainer, mean |diff| a token)"
+        )
     comp = data.get("update_compiles")
     if comp:
         lines.append(

@@ -32,7 +32,8 @@ def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -
         {"collection": 1, "time/generate_s": 1.0, "time/train_s": 1.0, "time/collection_s": 2.0,
          "tokens/generated": 1000, "tokens/total": 3000},
         {"collection": 2, "time/generate_s": 1.0, "time/train_s": 3.0, "time/collection_s": 4.0,
-         "tokens/generated": 1000, "tokens/total": 3000, "train/new_compiled_graphs": 2.0},
+         "tokens/generated": 1000, "tokens/total": 3000, "train/new_compiled_graphs": 2.0,
+         "mismatch/logprob_abs_mean": 0.0556},
     ]  # fmt: skip
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = bench(tmp_path, gpus=2)
@@ -46,6 +47,9 @@ def test_bench_table_first_collection_apart_and_tokens_per_gpu(tmp_path: Path) -
     assert data["update_compiles"] == {"first": 0, "later": 2}
     assert "graphs compiled by updates: 0 in the first collection, 2 later" in text
     assert run_gpus({"used_gpus": 0}) == 1 and run_gpus({"used_gpus": 8}) == 8
+    # the engines' log-prob gap beside the speed (a record without it is left out)
+    assert data["logprob_gap"] == {"first": None, "steady": 0.0556}
+    assert "log-prob gap" in text and "0.0556" in text
 
 
 def test_bench_table_shows_the_gc_pauses_of_each_collection(tmp_path: Path) -> None:
