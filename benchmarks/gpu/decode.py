@@ -67,6 +67,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from runtime.engines.embedded.__main__ import KV_CACHE_DTYPE_NAMES  # noqa: E402
 
 DEV = "cuda"
 DTYPE = torch.bfloat16
@@ -136,7 +137,7 @@ def parse_variant(text: str) -> Variant:
                 v.sdpa = value
             elif key == "attn" and value in ("sdpa", "flex", "triton"):
                 v.attention = value
-            elif key == "kv" and value in ("auto", "bf16", "fp8_e4m3", "fp8_e5m2"):
+            elif key == "kv" and value in KV_CACHE_DTYPE_NAMES:
                 v.kv_dtype = value
             else:
                 raise ValueError

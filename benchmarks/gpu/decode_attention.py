@@ -30,6 +30,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from runtime.engines.embedded.__main__ import KV_CACHE_DTYPE_NAMES  # noqa: E402
+
 
 def graph_time_us(fn: Any, calls: int, repeats: int) -> float:
     """Microseconds per call: ``calls`` calls captured in one CUDA graph, best replay."""
@@ -150,7 +152,7 @@ def main() -> None:
     ap.add_argument(
         "--kv-dtype",
         default="auto",
-        choices=["auto", "fp8_e4m3", "fp8_e5m2"],
+        choices=KV_CACHE_DTYPE_NAMES,
         help="the cache's storage type (the engine's --kv-cache-dtype; auto: bf16)",
     )
     ap.add_argument("--out", default=None, help="directory for decode_attention.json")

@@ -44,6 +44,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import task  # noqa: E402
 from stacks import StackSampler  # noqa: E402
 
+from runtime.engines.embedded.__main__ import KV_CACHE_DTYPE_NAMES  # noqa: E402
+
 
 def generate(eng: Any, prompt_ids: list[list[int]], group: int, params: Any) -> list[dict]:
     results: list[dict | None] = [None] * (len(prompt_ids) * group)
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--kv-cache-dtype",
-        choices=["auto", "bf16", "fp8_e4m3", "fp8_e5m2"],
+        choices=KV_CACHE_DTYPE_NAMES,
         default="auto",
         help="the engine's KV cache storage type (inference.kv_cache_dtype; default: the "
         "model's dtype)",

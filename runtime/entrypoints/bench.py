@@ -30,9 +30,6 @@ PHASES = (
 )
 
 
-_GAP = "mismatch/logprob_abs_mean"
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -45,17 +42,23 @@ def _rate(rec: dict[str, Any], gpus: int) -> float | None:
     return tokens / secs / max(gpus, 1)
 
 
+def _first_and_steady(
+    first: list[dict[str, Any]], rest: list[dict[str, Any]], key: str
+) -> dict[str, float | None] | None:
+    """``key`` in the first collection and its median over the rest; None if never logged."""
+    f = [float(r[key]) for r in first if isinstance(r.get(key), int | float)]
+    s = [float(r[key]) for r in rest if isinstance(r.get(key), int | float)]
+    return {"first": f[0] if f else None, "steady": _median(s)} if f or s else None
+
+
 def bench(root: Path, gpus: int) -> dict[str, Any]:
     """The numbers the table shows, as JSON."""
     records = [r for r in read_metrics(Path(root) / "metrics.jsonl") if "collection" in r]
     first, rest = (records[:1], records[1:]) if records else ([], [])
     out: dict[str, Any] = {"collections": len(records), "gpus": gpus, "phases": {}}
     for key, _ in PHASES:
-        col = f"time/{key}"
-        f = [float(r[col]) for r in first if isinstance(r.get(col), int | float)]
-        s = [float(r[col]) for r in rest if isinstance(r.get(col), int | float)]
-        if f or s:
-            out["phases"][key] = {"first": f[0] if f else None, "steady": _median(s)}
+        if row := _first_and_steady(first, rest, f"time/{key}"):
+            out["phases"][key] = row
     rates = [x for x in (_rate(r, gpus) for r in rest) if x is not None]
     out["tokens_per_s_per_gpu"] = {
         "first": _rate(first[0], gpus) if first else None,
@@ -68,19 +71,12 @@ def bench(root: Path, gpus: int) -> dict[str, Any]:
     # the trainer process's GC pauses (inside the phases): a full collection over a large
     # heap stalls every thread; the heap is frozen after start-up (runtime.heap)
     for key in ("gc/pause_s", "gc/longest_pause_s"):
-        f = [float(r[key]) for r in first if isinstance(r.get(key), int | float)]
-        s = [float(r[key]) for r in rest if isinstance(r.get(key), int | float)]
-        if f or s:
-            out.setdefault("gc", {})[key.removeprefix("gc/")] = {
-                "first": f[0] if f else None,
-                "steady": _median(s),
-            }
+        if row := _first_and_steady(first, rest, key):
+            out.setdefault("gc", {})[key.removeprefix("gc/")] = row
     # the engines' log-probs against the trainer's over the sampled tokens: what a faster
     # engine setting (an FP8 KV cache) costs, beside the speed it buys
-    f = [float(r[_GAP]) for r in first if isinstance(r.get(_GAP), int | float)]
-    s = [float(r[_GAP]) for r in rest if isinstance(r.get(_GAP), int | float)]
-    if f or s:
-        out["logprob_gap"] = {"first": f[0] if f else None, "steady": _median(s)}
+    if row := _first_and_steady(first, rest, "mismatch/logprob_abs_mean"):
+        out["logprob_gap"] = row
     # graphs compiled during updates: the warm-up should leave none for the run to meet
     compiles = [r.get("train/new_compiled_graphs") for r in records]
     if any(isinstance(c, int | float) for c in compiles):
