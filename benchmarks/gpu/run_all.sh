@@ -13,6 +13,7 @@
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
 # e2e14-triton prefill15 prefill-test decode-gemm decode17 e2e17-N-KV (e.g. e2e17-1024-fp8_e4m3)
+# checksum
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -285,6 +286,12 @@ for s in "$@"; do
       --new-tokens "$n" --collections 3 --publish tensor --kv-cache-dtype "$kv" \
       --label "dense-16x8x$n-$kv${E2E_LABEL:-}" --deadline-s "$(( ${E2E_TIMEOUT:-280} - 15 ))" \
       --out "$RES" ${E2E_ARGS:-}
+    ;;
+  checksum)  # the publication audit's device checksum: the Triton kernel against torch ops,
+    # after the kernel's GPU test (its digest equals the CPU's)
+    stage checksum-test 120 python3 -m pytest -q -p no:cacheprovider \
+      tests/unit/test_publication_checksum_kernel.py
+    stage checksum 120 python3 benchmarks/gpu/checksum.py --out "$RES"
     ;;
   prefill-test)  # the compiled prefill regions against eager on the GPU, bf16
     stage prefill-test 150 python3 -m pytest -q -p no:cacheprovider \
