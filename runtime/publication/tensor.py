@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,24 +215,27 @@ class TensorPublisher:
         return self._dtypes[url]
 
     def audit(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, str]:
-        """Device checksums: trainer (cast to each engine's dtype) against every engine."""
-        mine: dict[torch.dtype | None, str] = {}
-        got: dict[str, str] = {}
+        """Device checksums: trainer (cast to each engine's dtype) against every engine. The
+        engines compute theirs while the trainer computes its own."""
+        dtypes = {url: self._engine_dtype(url) for url in self.urls}
+        with ThreadPoolExecutor(max_workers=max(1, len(self.urls))) as pool:
+            asked = {url: pool.submit(self._engine_checksum, url) for url in self.urls}
+            mine = {d: device_checksum(state_dict, dtype=d) for d in dict.fromkeys(dtypes.values())}
+            got = {url: future.result() for url, future in asked.items()}
         for url in self.urls:
-            dtype = self._engine_dtype(url)
-            if dtype not in mine:
-                mine[dtype] = device_checksum(state_dict, dtype=dtype)
-            r = control_http.get(
-                f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
-            )
-            r.raise_for_status()
-            got[url] = str(r.json().get("checksum"))
-            if got[url] != mine[dtype]:
+            if got[url] != mine[dtypes[url]]:
                 raise WeightAuditError(
                     "weight audit failed: engine weights differ from the trainer's\n"
-                    f"  trainer: {mine[dtype]}\n  {url}: {got[url]}"
+                    f"  trainer: {mine[dtypes[url]]}\n  {url}: {got[url]}"
                 )
         return got
+
+    def _engine_checksum(self, url: str) -> str:
+        r = control_http.get(
+            f"{url}/get_weight_checksum", params={"kind": "wsum64"}, timeout=self.timeout_s
+        )
+        r.raise_for_status()
+        return str(r.json().get("checksum"))
 
 
 def make_publisher(

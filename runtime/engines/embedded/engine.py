@@ -291,6 +291,10 @@ class Engine:
         self.config = loaded.config
         self.model_path = model_path
         self.device = torch.device(device)
+        if self.device.type == "cuda":  # the audit's kernel, compiled while the engine starts
+            from runtime.publication.checksum import warm_up_kernel
+
+            warm_up_kernel(self.device)
         self.context_length = context_length
         self.seed = seed
         # this server's start-up: [{name, seconds}] (its __main__ fills it; /warm_up returns it)
