@@ -13,6 +13,8 @@ On the CPU the kernel runs only under Triton's interpreter (``TRITON_INTERPRET=1
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -58,7 +60,11 @@ def word_sums(words: torch.Tensor, mix1: int, seed1: int, mix2: int, seed2: int)
         return torch.zeros(2, dtype=torch.int64, device=words.device)
     programs = triton.cdiv(n, BLOCK * ITERS)
     part = torch.empty(programs, 2, dtype=torch.int64, device=words.device)
-    _word_sums[(programs,)](
-        words, part, n, mix1, seed1, mix2, seed2, BLOCK=BLOCK, ITERS=ITERS, num_warps=NUM_WARPS
-    )
+    # Triton launches on the calling thread's current device (0 on a new thread, such as
+    # an HTTP handler's): make it the words' device
+    on_device = torch.cuda.device(words.device) if words.is_cuda else contextlib.nullcontext()
+    with on_device:
+        _word_sums[(programs,)](
+            words, part, n, mix1, seed1, mix2, seed2, BLOCK=BLOCK, ITERS=ITERS, num_warps=NUM_WARPS
+        )
     return part.sum(dim=0)
