@@ -182,6 +182,7 @@ def test_a_stopped_leader_is_declared_silent_by_a_node() -> None:
     port = free_port("127.0.0.1")
     child = subprocess.Popen([sys.executable, "-c", LEADER, str(port)])
     seen: list = []
+    node = None
     try:
         store = store_client("127.0.0.1", port, 30.0)  # waits for the leader to listen
         node = Heartbeats(store, 1, 2, 2.0, dict, seen.append)
@@ -196,3 +197,5 @@ def test_a_stopped_leader_is_declared_silent_by_a_node() -> None:
         child.kill()
         os.kill(child.pid, signal.SIGCONT)
         child.wait()
+        if node is not None:  # its thread would beat into the dead store for the session
+            node.stop()
