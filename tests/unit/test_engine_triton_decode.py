@@ -6,10 +6,7 @@ CPU the kernels run under Triton's interpreter in a child process
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,25 +16,15 @@ pytest.importorskip("olmo_core")
 pytest.importorskip("triton")
 
 from decode_runs import captured_logits  # noqa: E402
+from interpreted import run_interpreted  # noqa: E402
 
 from runtime.engines.embedded.forward import InferenceModel  # noqa: E402
 from runtime.engines.embedded.tiny import build_tiny  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("triton_decode_cases.py"))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return run_interpreted("triton_decode_cases.py")
 
 
 def test_kernel_attends_exactly_each_rows_entries(interpreted: dict) -> None:

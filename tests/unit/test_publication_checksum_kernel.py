@@ -4,10 +4,7 @@ for sm_90 here, and on a GPU against the CPU's digest where one is present."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,22 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from runtime.publication.checksum import device_checksum  # noqa: E402
+from interpreted import run_interpreted  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+from runtime.publication.checksum import device_checksum  # noqa: E402
 
 
 def test_kernel_sums_equal_the_torch_path_under_the_interpreter() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("checksum_kernel_cases.py"))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout)
+    results = run_interpreted("checksum_kernel_cases.py")
     assert len(results) > 70
     assert [case for case, same in results.items() if not same] == []
 
