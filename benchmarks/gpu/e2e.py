@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(report, indent=2) + "\n")
         return path
 
-    if warmup:  # one untimed collection's generation, update and publication: compiles and captures
+    if warmup:  # one untimed collection (generation, update, publication): compiles, captures
         sync()
         t_w = time.perf_counter()
         res_w = generate(eng, prompt_ids[: args.prompts], args.group, params)

@@ -610,10 +610,11 @@ def train(runner: Node) -> dict[str, Any]:
     if isinstance(publisher, TensorPublisher) or transport == "distributed":
         # share the trainer's own (device) tensors; NCCL broadcasts from the GPU
         trainer.publication_device = next(trainer.inner.model.parameters()).device
-        if cfg.runtime.weight_audit:  # the audit's kernel compiles while the engines warm up
-            from runtime.publication.checksum import warm_up_kernel
+        # every publication ends with a checksum audit: its kernel compiles while the
+        # engines warm up
+        from runtime.publication.checksum import warm_up_kernel
 
-            warm_up_kernel(trainer.publication_device)
+        warm_up_kernel(trainer.publication_device)
     mode = cfg.async_.publication_mode if cfg.async_.enabled else "barrier"
     if mode == "refresh":
         from runtime.publication.refresh import RefreshPublisher
