@@ -33,6 +33,19 @@ def test_kernel_attends_exactly_each_rows_entries(interpreted: dict) -> None:
         assert err < (1e-5 if case.endswith("float32") else 0.02), (case, err)
 
 
+def test_rows_read_a_shared_prompt_from_its_holders_row(interpreted: dict) -> None:
+    """Entries below ``shared[b]`` come from row ``src[b]``: the output equals, bit for
+    bit, the kernel's over rows that each hold a copy (the follower rows' own prompt
+    entries are NaN, so a read of them would show), with one chunk a row or several,
+    windows from inside and past the prompt, and bf16, float32 and FP8 caches."""
+    shared = interpreted["shared"]
+    for case, err in shared.items():
+        if case.endswith("reference"):
+            assert err < (1e-5 if case.startswith("float32") else 0.02), (case, err)
+        else:
+            assert err == 0.0, (case, err)
+
+
 def test_decode_step_gives_sdpa_logits(interpreted: dict) -> None:
     model = interpreted["model"]
     assert model["window"] < 1e-5 and model["gqa"] < 1e-5
@@ -75,7 +88,7 @@ def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
         types = {
             **dict.fromkeys(("q_ptr", "out_ptr"), "*bf16"),
             **dict.fromkeys(("k_ptr", "v_ptr"), kv),
-            **dict.fromkeys(("lo_ptr", "hi_ptr"), "*i64"),
+            **dict.fromkeys(("lo_ptr", "hi_ptr", "src_ptr", "shared_ptr"), "*i64"),
             **dict.fromkeys(("part_ptr", "lse_ptr"), buffers),
             "scale_log2": "fp32",
         }

@@ -29,6 +29,48 @@ def reference(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
     return out
 
 
+def own_rows(bsz: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """No shared entries: every row reads only its own cache row."""
+    return torch.arange(bsz), torch.zeros(bsz, dtype=torch.long)
+
+
+def shared_prompt_cases() -> dict[str, float]:
+    """Rows that read their entries below ``shared[b]`` from row ``src[b]`` (a group's
+    prompt held once) against the same rows with the prompt copied into each: the kernel
+    gives the same output bit for bit (the same blocks and sums, other addresses), with
+    windows that start inside and past the shared part, split chunks and one chunk."""
+    from runtime.engines.embedded.triton_decode import _launch
+
+    g = torch.Generator().manual_seed(5)
+    out: dict[str, float] = {}
+    bsz, heads, kv_heads, length, dim = 6, 4, 2, 300, 64
+    src = torch.tensor([0, 0, 0, 3, 3, 5])  # two groups of three and two, one alone
+    shared = torch.tensor([150, 150, 150, 70, 70, 0])
+    for dtype in (torch.float32, torch.bfloat16, torch.float8_e4m3fn):
+        q_dtype = torch.float32 if dtype == torch.float32 else torch.bfloat16
+        q = torch.randn(bsz, heads, dim, generator=g).to(q_dtype)
+        k = torch.randn(bsz, kv_heads, length, dim, generator=g).to(dtype)
+        v = torch.randn(bsz, kv_heads, length, dim, generator=g).to(dtype)
+        copied_k, copied_v = k.clone(), v.clone()
+        for b in range(bsz):  # each row's own copy of its prompt (what sharing replaces)
+            n = int(shared[b])
+            copied_k[b, :, :n] = k[src[b], :, :n]
+            copied_v[b, :, :n] = v[src[b], :, :n]
+            if src[b] != b:  # the shared part of a follower's own row: never read
+                k[b, :, :n] = float("nan")
+                v[b, :, :n] = float("nan")
+        hi = torch.tensor([290, 151, 160, 71, 200, 40])
+        lo = torch.tensor([0, 0, 140, 0, 100, 0])  # windows from inside and past the prompt
+        name = str(dtype).removeprefix("torch.")
+        for splits in (1, 3):
+            got = _launch(q, k, v, lo, hi, 0.125, splits, src=src, shared=shared)
+            want = _launch(q, copied_k, copied_v, lo, hi, 0.125, splits)
+            out[f"{name}-splits{splits}"] = (got.float() - want.float()).abs().max().item()
+        ref = reference(q, copied_k.float(), copied_v.float(), lo, hi, 0.125)
+        out[f"{name}-reference"] = (got.double() - ref).abs().max().item()
+    return out
+
+
 def kernel_errors() -> dict[str, float]:
     """The kernel against the reference: ragged bounds, windows (lo > 0), grouped heads,
     a head size that is not a power of two, cache rows wider than the batch."""
@@ -48,7 +90,7 @@ def kernel_errors() -> dict[str, float]:
             want = reference(q, k, v, lo, hi, 0.125)
             # the batch's own split count, and one chunk a row (no merge kernel)
             for label, got in (
-                ("", decode_attention(q, k[:bsz], v[:bsz], lo, hi, 0.125)),
+                ("", decode_attention(q, k[:bsz], v[:bsz], lo, hi, *own_rows(bsz), 0.125)),
                 ("-whole", _launch(q, k[:bsz], v[:bsz], lo, hi, 0.125, 1)),
             ):
                 assert got.dtype == dtype and got.shape == q.shape
@@ -64,7 +106,7 @@ def kernel_errors() -> dict[str, float]:
         hi = torch.randint(1, length + 1, (bsz,), generator=g)
         lo = (hi - torch.randint(1, 160, (bsz,), generator=g)).clamp(min=0)
         want = reference(q, k.float(), v.float(), lo, hi, 0.125)
-        got = decode_attention(q, k, v, lo, hi, 0.125)
+        got = decode_attention(q, k, v, lo, hi, *own_rows(bsz), 0.125)
         assert got.dtype == torch.bfloat16
         errors[f"gqa-kv-{str(kv_dtype).removeprefix('torch.')}"] = (
             (got.double() - want).abs().max().item()
@@ -101,6 +143,7 @@ def model_errors() -> dict[str, float]:
 def main() -> None:
     result = {
         "kernel": kernel_errors(),
+        "shared": shared_prompt_cases(),
         "model": model_errors(),
         "splits": {
             str(rows): split_count(rows, 16, torch.device("cpu")) for rows in (1, 2, 64, 256)

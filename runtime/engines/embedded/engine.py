@@ -95,6 +95,7 @@ class GenRequest:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache (meta_info)
     prefix_node: RadixNode | None = None  # the prefix-cache path this request pins
     kv_generation: int = -1  # the prefix cache's generation its slot's K/V belongs to
+    shared: SharedPrompt | None = None  # the prompt K/V it reads from a group's slot
 
     @property
     def wants_input_logprobs(self) -> bool:
@@ -115,6 +116,18 @@ class GenRequest:
         """What a (re)admission prefills: the prompt, plus the tokens sampled before a
         retraction (their KV is recomputed under the weights loaded meanwhile)."""
         return self.prompt_ids + self.output_ids if self.output_ids else self.prompt_ids
+
+
+@dataclass(eq=False)
+class SharedPrompt:
+    """A group's prompt K/V, held once in its holder's slot and read there by every
+    running member (the samples of one GRPO prompt): the decode step reads the prompt
+    once for the group, not once per sample. When the holder finishes first, the prompt
+    is copied to a running member's slot, which holds it from then on."""
+
+    length: int  # entries 0..length-1 of each member's cache row live in the holder's slot
+    holder: GenRequest
+    members: list[GenRequest]
 
 
 @dataclass(eq=False)
@@ -445,6 +458,8 @@ class Engine:
             "num_overlapped_steps": 0,  # decode steps launched before the previous was read
             "num_discarded_tokens": 0,  # their tokens for requests that stopped meanwhile
             "num_admissions": 0,  # admission rounds (each: a drain, prefill forwards, a sync)
+            # samples that read their prompt's K/V from their group's slot (not a copy)
+            "num_shared_prompt_rows": 0,
         }
         self._flushes: list[threading.Event] = []
         # admission gathering: a burst of arrivals (a collection's groups, each its own
@@ -886,7 +901,8 @@ class Engine:
         for r in back:
             self._cache_sequence(r)
             self._release_prefix(r)
-            r.slot = -1
+        for r in back:  # re-admitted, each prefills (and shares) anew
+            r.slot, r.shared = -1, None
         self.stats["num_retracted"] += len(back)
         self._running = []
         self._batch = None
@@ -1099,6 +1115,7 @@ class Engine:
                 req.routed.append(experts[b][known:].to(torch.int32).cpu())
         self._running.extend(reqs)
         self._batch = None
+        self._upload_prompt_sources()
         sampling = SamplingBatch.build(
             [r.params for r in reqs], [r.seed for r in reqs], last.device
         )
@@ -1137,15 +1154,26 @@ class Engine:
             starts=starts,
         )
         generation = self.prefix.generation if self.prefix is not None else -1
-        # every sample takes its leader's prompt K/V in one batched copy
+        # every sample takes its leader's prompt K/V in one batched copy, or (the split-KV
+        # kernel) reads it from the leader's slot: only a recurrent state is copied then
         followers = [(leaders[k], req) for req, k in zip(reqs, owner, strict=True)]
         followers = [(lead, req) for lead, req in followers if req is not lead]
+        sharing = self.im.shares_prompts
         if followers:
             self.im.move_slots(
                 [lead.slot for lead, _ in followers],
                 [req.slot for _, req in followers],
                 max(len(req.prefill_ids) for _, req in followers),
+                kv=not sharing,
             )
+        if sharing:
+            for k, lead in enumerate(leaders):
+                members = [r for r, o in zip(reqs, owner, strict=True) if o == k]
+                if len(members) > 1:
+                    share = SharedPrompt(len(lead.prefill_ids), lead, members)
+                    for r in members:
+                        r.shared = share
+                    self.stats["num_shared_prompt_rows"] += len(members) - 1
         for req, k in zip(reqs, owner, strict=True):
             lead = leaders[k]
             cached = starts[k] if req is lead else len(req.prefill_ids)
@@ -1193,12 +1221,51 @@ class Engine:
         t0 = time.perf_counter()
         n = req.cached_len if length is None else length
         tokens = (req.prompt_ids + req.output_ids)[:n]
-        slot = req.slot
-        node = tree.insert(tokens, lambda a, b: self.im.read_kv(slot, a, b))
+        node = tree.insert(tokens, lambda a, b: self._read_kv(req, a, b))
         tree.lock(node)
         self._release_prefix(req)
         req.prefix_node = node
         self.timings["prefix_cache_s"] += time.perf_counter() - t0
+
+    def _read_kv(self, req: GenRequest, start: int, end: int) -> list[torch.Tensor]:
+        """A copy of ``req``'s K/V for positions ``start..end-1`` (``InferenceModel.read_kv``),
+        its shared prompt's entries read from the slot that holds them."""
+        share = req.shared
+        if share is None or share.holder is req or start >= share.length:
+            return self.im.read_kv(req.slot, start, end)
+        cut = min(end, share.length)
+        head = self.im.read_kv(share.holder.slot, start, cut)
+        if cut == end:
+            return head
+        tail = self.im.read_kv(req.slot, cut, end)
+        return [torch.cat([h, t], dim=-2) for h, t in zip(head, tail, strict=True)]
+
+    def _leave_shares(self, done: list[GenRequest]) -> None:
+        """``done`` leave their shared prompts; a prompt whose holder is among them is
+        copied (one batched copy for all) to the slot of a member still running, queued
+        before the compaction that may overwrite the holder's slot."""
+        gone = set(map(id, done))
+        moves: list[tuple[int, int, int]] = []
+        for share in {id(r.shared): r.shared for r in done if r.shared is not None}.values():
+            share.members = [m for m in share.members if id(m) not in gone]
+            if id(share.holder) in gone and share.members:
+                old, share.holder = share.holder, share.members[0]
+                moves.append((old.slot, share.holder.slot, share.length))
+        for r in done:
+            r.shared = None
+        if moves:
+            self.im.copy_kv([m[0] for m in moves], [m[1] for m in moves], max(m[2] for m in moves))
+
+    def _upload_prompt_sources(self) -> None:
+        """Tell the decode step where each running row's prompt lives (rows are slots)."""
+        if not self.im.shares_prompts:
+            return
+        sources = []
+        for b, r in enumerate(self._running):
+            assert r.slot == b, "running rows are slots 0..n-1"
+            share = r.shared
+            sources.append((r.slot, 0) if share is None else (share.holder.slot, share.length))
+        self.im.set_prompt_sources(sources)
 
     def _release_prefix(self, req: GenRequest) -> None:
         if req.prefix_node is not None and self.prefix is not None:
@@ -1422,6 +1489,7 @@ class Engine:
             self._cache_sequence(r)
             reason = r.finish if abort_message is None else _abort_reason(abort_message, 200)
             self._finish(r, reason or _abort_reason("finished", 200))
+        self._leave_shares(done)
         n = len(survivors)
         old_rows = {id(r): r.slot for r in survivors}  # fused step rows follow the slots
         holes = sorted(r.slot for r in done if 0 <= r.slot < n)
@@ -1433,6 +1501,7 @@ class Engine:
             for hole, r in pairs:
                 r.slot = hole
         self._running = sorted(survivors, key=lambda r: r.slot)
+        self._upload_prompt_sources()
         if self.fused_sampling and batch is not None and survivors:
             # the survivors' step rows are already on the device: gather them instead of
             # rebuilding the step from the host (the wider sampling mode serves them all)

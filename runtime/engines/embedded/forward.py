@@ -338,6 +338,13 @@ class InferenceModel:
             self._split_kv = split_kv
         self.max_slots = max_slots
         self.capacity = capacity
+        # shared prompts (the split-KV kernel): per slot, the slot holding the entries
+        # below ``[1, slot]`` (``[0, slot]``), so a group's samples read their prompt from
+        # one slot instead of each its own copy; ``set_prompt_sources`` fills it
+        self.shares_prompts = decode_attention == "triton"
+        self._prompt_rows = torch.stack(
+            [torch.arange(max_slots), torch.zeros(max_slots, dtype=torch.long)]
+        ).to(self.device)
         # cache rows rounded up to 64 entries: every graph length bucket (and the attention
         # mask's last dim) stays aligned for the fused SDPA kernels
         self.cache_len = -(-capacity // 64) * 64
@@ -1046,7 +1053,9 @@ class InferenceModel:
                 masks[w] = decode_blocks(positions, length, w)
             elif w not in masks and exact:  # each row's first and past-the-last entry
                 hi = positions + 1
-                masks[w] = (torch.zeros_like(hi) if w is None else (hi - w).clamp(min=0), hi)
+                lo = torch.zeros_like(hi) if w is None else (hi - w).clamp(min=0)
+                # and where each row's shared prompt lies (``set_prompt_sources``)
+                masks[w] = (lo, hi, self._prompt_rows[0, :bsz], self._prompt_rows[1, :bsz])
             elif w not in masks:
                 assert dist is not None  # (B, L): position minus key index
                 m = dist >= 0
@@ -1086,10 +1095,9 @@ class InferenceModel:
         and reused by every layer wired the same way (regional compilation: a fraction of
         the whole step's trace and compile time, the same kernels). ``mask``: the boolean
         ``(B, 1, 1, L)`` mask (SDPA), ``decode_blocks``' block lists (flex) or each row's
-        ``(lo, hi)`` entry bounds (triton)."""
+        ``(lo, hi, src, shared)`` entry bounds and shared-prompt rows (triton)."""
         bsz = x.shape[0]
         flex = self.decode_attention == "flex"
-        length = kc.shape[2] if self.decode_attention in ROW_EXACT_ATTENTION else mask.shape[-1]
         routed: list[torch.Tensor] = []
 
         def attend(lay: _Layer, inp: torch.Tensor) -> torch.Tensor:
@@ -1112,11 +1120,14 @@ class InferenceModel:
                 )
                 return self._attn_out(lay, inp, att)
             if self.decode_attention == "triton":
-                lo, hi = mask
+                lo, hi, src, shared = mask
                 assert self._split_kv is not None
                 # the kernel reads the stored type (FP8 included) and converts as it loads
-                att = self._split_kv(q[:, 0], kc[:bsz], vc[:bsz], lo, hi, float(lay.scale))
+                att = self._split_kv(
+                    q[:, 0], kc[:bsz], vc[:bsz], lo, hi, src, shared, float(lay.scale)
+                )
                 return self._attn_out(lay, inp, att.unsqueeze(2))
+            length = mask.shape[-1]  # the batch's length bucket
             att = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 self._from_cache(kc[:bsz, :, :length]),
@@ -1427,15 +1438,44 @@ class InferenceModel:
             )
         return self._step_graphs[key]
 
-    def move_slots(self, srcs: list[int], dsts: list[int], length: int) -> None:
+    def set_prompt_sources(self, sources: list[tuple[int, int]]) -> None:
+        """Slot ``b < len(sources)`` reads its entries below ``sources[b][1]`` from slot
+        ``sources[b][0]`` (its group's prompt, held once); every later slot reads only its
+        own. One upload, ordered on the stream after the work already queued (a decode
+        step in flight still reads the sources it was launched with)."""
+        if not self.shares_prompts:
+            raise ValueError(f"{self.decode_attention} decode attention reads only its own rows")
+        rows = torch.stack([torch.arange(self.max_slots), torch.zeros(self.max_slots).long()])
+        if sources:
+            rows[:, : len(sources)] = torch.tensor(sources, dtype=torch.long).T
+        if self.device.type == "cuda":  # through pinned memory: no wait for a step in flight
+            rows = rows.pin_memory().to(self.device, non_blocking=True)
+        self._prompt_rows.copy_(rows)
+
+    def move_slots(self, srcs: list[int], dsts: list[int], length: int, kv: bool = True) -> None:
         """Copy slots ``srcs[i]`` to ``dsts[i]`` for positions ``0..length-1``: one gather
         and one scatter per cache tensor, however many pairs (a group's prompt copied to its
         samples' slots, survivors compacted after a finish), not a copy per pair per layer.
         Pass the longest pair's length: the entries past a shorter row's length are never
-        read before a decode step writes them."""
+        read before a decode step writes them. ``kv`` False: the recurrent state alone (a
+        sample that reads its prompt's K/V from the group's slot)."""
         pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
-        if not pairs or length <= 0:
+        if not pairs or (kv and length <= 0):
             return
+        if kv:
+            self._move_kv(pairs, length)
+        if self.recurrent is not None:
+            for s, d in pairs:
+                self.recurrent.move(s, d)
+
+    def copy_kv(self, srcs: list[int], dsts: list[int], length: int) -> None:
+        """``move_slots`` for the K/V alone (a shared prompt handed to another slot)."""
+        pairs = [(s, d) for s, d in zip(srcs, dsts, strict=True) if s != d]
+        if pairs and length > 0:
+            self._move_kv(pairs, length)
+
+    def _move_kv(self, pairs: list[tuple[int, int]], length: int) -> None:
+        """Each ``(src, dst)`` slot pair's K/V entries ``0..length-1``, every layer."""
         if len(pairs) == 1:  # one row: a direct copy, no gathered temporary
             ((s, d),) = pairs
             # the whole store in one copy, or each layer's K and V apart
@@ -1451,9 +1491,6 @@ class InferenceModel:
             for c in self.kv_rows():
                 head = self._raw(c)[:, :, :length]
                 head.index_copy_(0, dst, head.index_select(0, src))  # gathered first
-        if self.recurrent is not None:
-            for s, d in pairs:
-                self.recurrent.move(s, d)
 
     def read_kv(self, slot: int, start: int, end: int) -> list[torch.Tensor]:
         """A copy of ``slot``'s K/V for positions ``start..end-1``, for the prefix cache: one

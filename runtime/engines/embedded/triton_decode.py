@@ -56,6 +56,8 @@ def _split_kv_attention(
     v_ptr,
     lo_ptr,
     hi_ptr,
+    src_ptr,
+    shared_ptr,
     part_ptr,
     lse_ptr,
     out_ptr,
@@ -80,7 +82,10 @@ def _split_kv_attention(
 ):
     """One (row, head, chunk): the chunk's softmax-weighted V sum (normalised) and its
     log2-sum-exp, in float32; ``WHOLE`` (one chunk a row): the row's output itself, in the
-    output's dtype, so no merge kernel runs."""
+    output's dtype, so no merge kernel runs. Entries below ``shared[b]`` are read from
+    cache row ``src[b]`` (the slot holding the prompt that row shares with its group), the
+    rest from row ``b``: a group's rows then read one copy of their prompt, which the
+    programs of the group's rows, launched side by side, find in the L2."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -88,6 +93,8 @@ def _split_kv_attention(
     kvh = h // GROUP
     lo = tl.load(lo_ptr + b).to(tl.int32)
     hi = tl.load(hi_ptr + b).to(tl.int32)
+    src = tl.load(src_ptr + b).to(tl.int64)
+    shared = tl.load(shared_ptr + b).to(tl.int32)
     # equal chunks, each a whole number of blocks: aligned, coalesced loads
     chunk = tl.cdiv(tl.cdiv(hi - lo, splits), BLOCK) * BLOCK
     start = lo + s * chunk
@@ -96,8 +103,10 @@ def _split_kv_attention(
     dmask = d < HEAD_DIM
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0)
     q = q.to(tl.float32) * scale_log2
-    k_row = k_ptr + b * stride_kb + kvh * stride_kh
-    v_row = v_ptr + b * stride_vb + kvh * stride_vh
+    # row offsets in 64 bits: slots x heads x entries x dims passes 2^31 in large caches
+    own = b.to(tl.int64)
+    k_head = k_ptr + kvh * stride_kh
+    v_head = v_ptr + kvh * stride_vh
     m = tl.full((), float("-inf"), tl.float32)
     total = tl.zeros((), tl.float32)
     acc = tl.zeros((D_PAD,), tl.float32)
@@ -105,14 +114,19 @@ def _split_kv_attention(
         n = n0 + tl.arange(0, BLOCK)
         valid = n < end
         kv_mask = valid[:, None] & dmask[None, :]
-        k = tl.load(k_row + n[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)
+        # each entry's row: the shared prompt's holder below ``shared``, else the row's own
+        # (the same blocks and sums as without sharing: only the addresses differ)
+        at = tl.where(n < shared, src, own)
+        k_at = k_head + at[:, None] * stride_kb + n[:, None] * stride_kn + d[None, :]
+        k = tl.load(k_at, mask=kv_mask, other=0.0)
         score = tl.sum(k.to(tl.float32) * q[None, :], axis=1)
         score = tl.where(valid, score, float("-inf"))
         m_new = tl.maximum(m, tl.max(score, axis=0))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(score - m_new)
         total = total * alpha + tl.sum(p, axis=0)
-        v = tl.load(v_row + n[:, None] * stride_vn + d[None, :], mask=kv_mask, other=0.0)
+        v_at = v_head + at[:, None] * stride_vb + n[:, None] * stride_vn + d[None, :]
+        v = tl.load(v_at, mask=kv_mask, other=0.0)
         acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), axis=0)
         m = m_new
     filled = total > 0
@@ -183,9 +197,15 @@ def _launch(
     block: int = BLOCK_N,
     num_warps: int = NUM_WARPS,
     stages: int = NUM_STAGES,
+    src: torch.Tensor | None = None,
+    shared: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Both kernels; the tuning knobs are open to ``benchmarks/gpu/decode_attention.py``."""
+    """Both kernels; the tuning knobs are open to ``benchmarks/gpu/decode_attention.py``.
+    ``src``/``shared`` default to no shared entries (every row reads only its own)."""
     bsz, heads, head_dim = q.shape
+    if src is None or shared is None:
+        src = torch.arange(bsz, device=q.device)
+        shared = torch.zeros(bsz, dtype=torch.long, device=q.device)
     group = heads // k.shape[1]
     d_pad = triton.next_power_of_2(head_dim)
     out = torch.empty_like(q)
@@ -203,6 +223,8 @@ def _launch(
         v,
         lo,
         hi,
+        src,
+        shared,
         part,
         lse,
         out,
@@ -250,20 +272,26 @@ def decode_attention(
     v: torch.Tensor,
     lo: torch.Tensor,
     hi: torch.Tensor,
+    src: torch.Tensor,
+    shared: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """``q`` ``(B, H, D)`` (one query per row) against the cache rows ``k``/``v``
-    ``(B, Hkv, L, D)`` (any strides but a contiguous last dim): row ``b`` attends entries
-    ``lo[b] <= i < hi[b]`` (``(B,)`` integer tensors on the device; ``hi > lo``). Returns
-    ``(B, H, D)`` in ``q``'s dtype. The split count is picked here, at run time, from the
-    concrete batch: inside a shape-dynamic compile it would otherwise guard on the batch."""
+    ``(S, Hkv, L, D)``, ``S >= B`` (any strides but a contiguous last dim): row ``b``
+    attends entries ``lo[b] <= i < hi[b]`` (``(B,)`` integer tensors on the device;
+    ``hi > lo``), reading those below ``shared[b]`` from cache row ``src[b]`` and the rest
+    from row ``b`` (``shared`` 0: only its own row). Returns ``(B, H, D)`` in ``q``'s dtype.
+    The split count is picked here, at run time, from the concrete batch: inside a
+    shape-dynamic compile it would otherwise guard on the batch."""
     if q.device.type != "cuda" and not interpreting():
         raise RuntimeError("Triton decode attention needs a GPU (or TRITON_INTERPRET=1)")
     splits = split_count(q.shape[0], q.shape[1], q.device)
     stages = FP8_STAGES if k.element_size() == 1 else NUM_STAGES
-    return _launch(q.contiguous(), k, v, lo, hi, scale, splits, stages=stages)
+    return _launch(
+        q.contiguous(), k, v, lo, hi, scale, splits, stages=stages, src=src, shared=shared
+    )
 
 
 @decode_attention.register_fake
-def _(q, k, v, lo, hi, scale):  # type: ignore[no-untyped-def]
+def _(q, k, v, lo, hi, src, shared, scale):  # type: ignore[no-untyped-def]
     return torch.empty_like(q, memory_format=torch.contiguous_format)
