@@ -1,6 +1,9 @@
 """GPU decode attention alone: SDPA over the batch's length bucket (what the engine's
 ``torch_native`` backend runs) against the split-KV Triton kernel reading each row's own
-entries (``--attention-backend triton``), on the engine's cache layout.
+entries (``--attention-backend triton``), on the engine's cache layout. With ``--group G``:
+rows in GRPO groups of ``G`` that share a prompt, the kernel with each row holding its own
+copy against the kernel reading each group's prompt from one slot (the engine's shared
+prompts).
 
 Per batch size: ``B`` rows at positions drawn uniformly from ``--min-len..--max-len``
 (the decode benchmark's 129..384 by default), the model's 16 heads of 128 (OLMo 1B), a
@@ -13,6 +16,7 @@ rows' own entries) and the bytes the rows need. Also sweeps the kernel's block s
 warps and split count, and checks both agree.
 
     python benchmarks/gpu/decode_attention.py --batch-sizes 64 256
+    python benchmarks/gpu/decode_attention.py --batch-sizes 128 --group 8 --new-lens 1 1024
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     us = graph_time_us(sdpa, args.calls, args.repeats)
     out["sdpa"] = {"us": us, "read_tb_s": padded / us / 1e6, "needed_tb_s": needed / us / 1e6}
     default_splits = td.split_count(bsz, heads, torch.device(dev))
+    # every row reads only its own entries (made once: not timed inside the calls)
+    own = torch.arange(bsz, device=dev)
+    unshared = torch.zeros(bsz, dtype=torch.long, device=dev)
     rows = []
     configs = [
         (block, warps, splits, stages)
@@ -112,7 +119,7 @@ def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     for block, warps, splits, stages in [default, *(c for c in configs if c != default)]:
 
         def kernel(b: int = block, w: int = warps, s: int = splits, n: int = stages) -> Any:
-            return td._launch(q, k, v, lo, hi, scale, s, b, w, n)
+            return td._launch(q, k, v, lo, hi, scale, s, b, w, n, src=own, shared=unshared)
 
         row: dict[str, Any] = {
             "block": block,
@@ -131,6 +138,67 @@ def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
         row.update(us=us, needed_tb_s=needed / us / 1e6)
         rows.append(row)
     out["triton"] = rows
+    return out
+
+
+def run_shared(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
+    """GRPO groups: ``--group`` rows share one prompt (per group, ``--prompt-lens``
+    entries) and add their own generated entries (per row, ``--new-lens``). The kernel
+    with every row holding its own copy of its prompt against the kernel reading each
+    group's prompt from its first row's slot (the engine's shared prompts); both with the
+    default block, warps, stages and split count."""
+    from runtime.engines.embedded import triton_decode as td
+    from runtime.engines.embedded.forward import kv_cache_dtype
+
+    dev, dtype = "cuda", torch.bfloat16
+    kv_dtype = kv_cache_dtype(args.kv_dtype, dtype)
+    heads, dim, group = args.heads, args.head_dim, args.group
+    g = torch.Generator(device="cpu").manual_seed(bsz)
+    groups = -(-bsz // group)
+    prompt = torch.randint(args.prompt_lens[0], args.prompt_lens[1] + 1, (groups,), generator=g)
+    new = torch.randint(args.new_lens[0], args.new_lens[1] + 1, (bsz,), generator=g)
+    leader = (torch.arange(bsz) // group) * group
+    plen = prompt[torch.arange(bsz) // group]
+    hi = (plen + new).to(dev)
+    lo = torch.zeros_like(hi)
+    cache_len = int(hi.max())
+    shape = (bsz, heads, cache_len, dim)
+    k = torch.randn(shape, device=dev, dtype=dtype).to(kv_dtype)
+    v = torch.randn(shape, device=dev, dtype=dtype).to(kv_dtype)
+    for b in range(bsz):  # the copies the shared variant does not read
+        n = int(plen[b])
+        k[b, :, :n] = k[int(leader[b]), :, :n]
+        v[b, :, :n] = v[int(leader[b]), :, :n]
+    q = torch.randn(bsz, heads, dim, device=dev, dtype=dtype)
+    scale = dim**-0.5
+    splits = td.split_count(bsz, heads, torch.device(dev))
+    stages = td.FP8_STAGES if k.element_size() == 1 else td.NUM_STAGES
+    own = (torch.arange(bsz, device=dev), torch.zeros(bsz, dtype=torch.long, device=dev))
+    shared = (leader.to(dev), plen.to(dev))
+    entry = 2 * heads * dim * k.element_size()
+    needed = int(hi.sum()) * entry
+    unique = (int(prompt.sum()) + int(new.sum())) * entry
+    out: dict[str, Any] = {
+        "batch": bsz,
+        "group": group,
+        "kv_dtype": str(kv_dtype).removeprefix("torch."),
+        "splits": splits,
+        "mean_prompt": float(prompt.float().mean()),
+        "mean_len": float(hi.float().mean()),
+        "needed_mb": needed / 1e6,
+        "unique_mb": unique / 1e6,
+    }
+    results = {}
+    for name, (src, upto) in (("copied", own), ("shared", shared)):
+
+        def kernel(src: torch.Tensor = src, upto: torch.Tensor = upto) -> Any:
+            return td._launch(q, k, v, lo, hi, scale, splits, stages=stages, src=src, shared=upto)
+
+        results[name] = kernel().float()
+        us = graph_time_us(kernel, args.calls, args.repeats)
+        out[name] = {"us": us, "needed_tb_s": needed / us / 1e6, "unique_tb_s": unique / us / 1e6}
+    out["max_abs_diff"] = (results["copied"] - results["shared"]).abs().max().item()
+    out["speedup"] = out["copied"]["us"] / out["shared"]["us"]
     return out
 
 
@@ -155,10 +223,21 @@ def main() -> None:
         choices=KV_CACHE_DTYPE_NAMES,
         help="the cache's storage type (the engine's --kv-cache-dtype; auto: bf16)",
     )
+    ap.add_argument(
+        "--group",
+        type=int,
+        default=0,
+        help="rows per shared prompt: time the kernel with copied against shared prompts",
+    )
+    ap.add_argument("--prompt-lens", type=int, nargs=2, default=[150, 310], metavar=("MIN", "MAX"))
+    ap.add_argument("--new-lens", type=int, nargs=2, default=[1, 256], metavar=("MIN", "MAX"))
     ap.add_argument("--out", default=None, help="directory for decode_attention.json")
     ap.add_argument("--label", default="", help="decode_attention-LABEL.json")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    if args.group > 1:
+        shared_prompts(args, t0)
+        return
     results = [run_batch(args, b) for b in args.batch_sizes]
     print(f"{'batch':>5} {'variant':>24} {'us':>8} {'TB/s needed':>11} {'err':>8}")
     for r in results:
@@ -193,6 +272,31 @@ def main() -> None:
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         name = f"decode_attention-{args.label}.json" if args.label else "decode_attention.json"
+        (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
+
+
+def shared_prompts(args: argparse.Namespace, t0: float) -> None:
+    results = [run_shared(args, b) for b in args.batch_sizes]
+    print(
+        f"{'batch':>5} {'group':>5} {'kv':>13} {'mean len':>8} {'copied us':>9} "
+        f"{'shared us':>9} {'speed-up':>8} {'unique TB/s':>11} {'diff':>6}"
+    )
+    for r in results:
+        print(
+            f"{r['batch']:>5} {r['group']:>5} {r['kv_dtype']:>13} {r['mean_len']:8.0f} "
+            f"{r['copied']['us']:9.1f} {r['shared']['us']:9.1f} {r['speedup']:8.2f} "
+            f"{r['shared']['unique_tb_s']:11.2f} {r['max_abs_diff']:6.3f}"
+        )
+    payload = {
+        "args": vars(args),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "results": results,
+        "seconds": time.perf_counter() - t0,
+    }
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        name = f"decode_attention_shared-{args.label or 'default'}.json"
         (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
 
 

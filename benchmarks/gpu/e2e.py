@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         "samples share their prompt's prefill either way",
     )
     ap.add_argument(
+        "--shared-prompts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a group's samples read their prompt's K/V from one slot (the engine's default "
+        "with the split-KV kernel); --no-shared-prompts: each sample's slot holds a copy",
+    )
+    ap.add_argument(
         "--kv-cache-dtype",
         choices=KV_CACHE_DTYPE_NAMES,
         default="auto",
@@ -240,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         **({"decode_attention": args.decode_attention} if args.decode_attention else {}),
         **({"graph_kv_step": args.graph_kv_step} if args.graph_kv_step is not None else {}),
     )
+    if not args.shared_prompts:
+        eng.im.shares_prompts = False
     eng.start()
     setup_s = time.perf_counter() - t0
     params = SamplingParams(
@@ -280,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 "mem_fraction_static": args.mem_fraction_static if engine_fraction else None,
                 "kv_cache_dtype": args.kv_cache_dtype,
                 "radix_cache": args.radix_cache,
+                "shared_prompts": eng.im.shares_prompts,
+                "shared_prompt_rows": eng.stats["num_shared_prompt_rows"],
                 "engine_slots": eng.max_running,
                 "prefix_cache_max_tokens": eng.prefix.max_tokens if eng.prefix else 0,
                 "decode_graphs": eng.im.captured_graphs(),

@@ -13,7 +13,7 @@
 # e2e11-kv64 e2e12-prefill e2e13-prefill e2e14-1024 bench-warm-sequential
 # bench-warm-engine-first triton-test decode-attn decode13 decode14 decode-b64 decode15 e2e14-sdpa
 # e2e14-triton prefill15 prefill-test decode-gemm decode17 e2e17-N-KV (e.g. e2e17-1024-fp8_e4m3)
-# checksum
+# checksum shared-test shared-attn
 # (see below).
 # Expects the wheels already installed and PYTHONPATH set (see docs/benchmarks.md, GPU section).
 set -u
@@ -286,6 +286,21 @@ for s in "$@"; do
       --new-tokens "$n" --collections 3 --publish tensor --kv-cache-dtype "$kv" \
       --label "dense-16x8x$n-$kv${E2E_LABEL:-}" --deadline-s "$(( ${E2E_TIMEOUT:-280} - 15 ))" \
       --out "$RES" ${E2E_ARGS:-}
+    ;;
+  shared-test)  # a group's shared prompt on the GPU: the captured engine step against
+    # copied prompts, and the kernel against SDPA
+    stage shared-test 240 python3 -m pytest -q -p no:cacheprovider -k gpu \
+      tests/unit/test_engine_shared_prompt.py tests/unit/test_engine_triton_decode.py
+    ;;
+  shared-attn)  # decode attention at 16x8, each prompt copied into its samples' rows
+    # against read once from its group's slot, 256 and 1024 new tokens, bf16 and FP8
+    for kv in auto fp8_e4m3; do
+      for n in 256 1024; do
+        stage "shared-attn-$n-$kv" 120 python3 benchmarks/gpu/decode_attention.py \
+          --batch-sizes 128 --group 8 --new-lens 1 "$n" --kv-dtype "$kv" \
+          --out "$RES" --label "16x8x$n-$kv"
+      done
+    done
     ;;
   checksum)  # the publication audit's device checksum: the Triton kernel against torch ops,
     # after the kernel's GPU test (its digest equals the CPU's)
