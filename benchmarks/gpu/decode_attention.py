@@ -262,6 +262,14 @@ def main() -> None:
         if default:
             d = default[0]
             print(f"{r['batch']:>5} {'default (*)':>24} {d['us']:8.1f} {d['needed_tb_s']:11.2f}")
+    name = f"decode_attention-{args.label}.json" if args.label else "decode_attention.json"
+    write_results(args, results, t0, name)
+
+
+def write_results(args: argparse.Namespace, results: list[Any], t0: float, name: str) -> None:
+    """``results`` with the arguments and the device, as ``--out``/``name`` (if given)."""
+    if not args.out:
+        return
     payload = {
         "args": vars(args),
         "device": torch.cuda.get_device_name(),
@@ -269,10 +277,8 @@ def main() -> None:
         "results": results,
         "seconds": time.perf_counter() - t0,
     }
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        name = f"decode_attention-{args.label}.json" if args.label else "decode_attention.json"
-        (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
 
 
 def shared_prompts(args: argparse.Namespace, t0: float) -> None:
@@ -287,17 +293,7 @@ def shared_prompts(args: argparse.Namespace, t0: float) -> None:
             f"{r['copied']['us']:9.1f} {r['shared']['us']:9.1f} {r['speedup']:8.2f} "
             f"{r['shared']['unique_tb_s']:11.2f} {r['max_abs_diff']:6.3f}"
         )
-    payload = {
-        "args": vars(args),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "results": results,
-        "seconds": time.perf_counter() - t0,
-    }
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        name = f"decode_attention_shared-{args.label or 'default'}.json"
-        (Path(args.out) / name).write_text(json.dumps(payload, indent=1))
+    write_results(args, results, t0, f"decode_attention_shared-{args.label or 'default'}.json")
 
 
 if __name__ == "__main__":

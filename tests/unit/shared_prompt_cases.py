@@ -95,16 +95,18 @@ def serve_once(eng: Engine, sharing: bool) -> dict[str, Any]:
         "cached": [cached.get(i) for i in range(len(prompts))],
         "shared_rows": eng.stats["num_shared_prompt_rows"],
         "handed_over": sum(handed),
+        "recurrent": eng.im.recurrent is not None,
         "errors": [r["meta_info"]["finish_reason"] for r in results if "error" in str(r)],
     }
 
 
-def dense(overlap: bool) -> dict[str, Any]:
-    """Seven slots for eleven requests: the third group is admitted in two parts."""
+def both_ways(make: Any, overlap: bool = True) -> dict[str, Any]:
+    """The requests through an engine sharing prompts and one copying them. Seven slots
+    for eleven requests: the third group is admitted in two parts."""
     out = {}
     for sharing in (True, False):
         eng = Engine(
-            build_tiny("dense", seed=4, n_layers=2),
+            make(),
             model_path="test",
             max_running_requests=7,
             context_length=40,
@@ -116,6 +118,10 @@ def dense(overlap: bool) -> dict[str, Any]:
     return out
 
 
+def dense(overlap: bool) -> dict[str, Any]:
+    return both_ways(lambda: build_tiny("dense", seed=4, n_layers=2), overlap)
+
+
 def hybrid() -> dict[str, Any]:
     """GatedDeltaNet and attention layers: a sample's recurrent state is still copied."""
     from test_hf_families import write_hf_checkpoint
@@ -124,22 +130,9 @@ def hybrid() -> dict[str, Any]:
     from runtime.models.gdn_cpu import install_transformers_cpu_fallbacks
 
     install_transformers_cpu_fallbacks()
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         write_hf_checkpoint(tmp, "olmo_hybrid")
-        for sharing in (True, False):
-            eng = Engine(
-                load_model(tmp),
-                model_path="t",
-                max_running_requests=7,
-                context_length=40,
-                decode_attention="triton",
-                fused_sampling=True,
-                overlap_schedule=True,
-            )
-            assert eng.im.recurrent is not None
-            out["shared" if sharing else "copied"] = serve_once(eng, sharing)
-    return out
+        return both_ways(lambda: load_model(tmp))
 
 
 def main() -> None:

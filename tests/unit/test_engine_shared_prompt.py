@@ -27,6 +27,7 @@ def test_shared_prompts_change_nothing_but_the_bytes_read(cases: dict, case: str
     if cases[case] is None:
         pytest.skip("this transformers has no Olmo hybrid model")
     shared, copied = cases[case]["shared"], cases[case]["copied"]
+    assert shared["recurrent"] == (case == "hybrid")
     assert shared["errors"] == [] and copied["errors"] == []
     # the samples of each group differ (seeded sampling), and each side returns the same
     assert len({tuple(t) for t in shared["tokens"][:3]}) == 3
