@@ -338,9 +338,9 @@ class InferenceModel:
             self._split_kv = split_kv
         self.max_slots = max_slots
         self.capacity = capacity
-        # shared prompts (the split-KV kernel): per slot, the slot holding the entries
-        # below ``[1, slot]`` (``[0, slot]``), so a group's samples read their prompt from
-        # one slot instead of each its own copy; ``set_prompt_sources`` fills it
+        # shared prompts (the split-KV kernel): for each slot, row 0 names the slot that
+        # holds its prompt and row 1 the prompt's length (0: it reads only its own slot),
+        # so a group's samples read one copy of their prompt; ``set_prompt_sources``
         self.shares_prompts = decode_attention == "triton"
         self._prompt_rows = torch.stack(
             [torch.arange(max_slots), torch.zeros(max_slots, dtype=torch.long)]
