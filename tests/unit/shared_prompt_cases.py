@@ -96,7 +96,11 @@ def serve_once(eng: Engine, sharing: bool) -> dict[str, Any]:
         "shared_rows": eng.stats["num_shared_prompt_rows"],
         "handed_over": sum(handed),
         "recurrent": eng.im.recurrent is not None,
-        "errors": [r["meta_info"]["finish_reason"] for r in results if "error" in str(r)],
+        "errors": [
+            r["meta_info"]["finish_reason"]
+            for r in results
+            if r["meta_info"]["finish_reason"]["type"] == "abort"
+        ],
     }
 
 

@@ -36,9 +36,9 @@ def test_shared_prompts_change_nothing_but_the_bytes_read(cases: dict, case: str
     # a follower's K/V as the prefix cache takes it: its prompt part from the holder's slot
     assert shared["cached"] == copied["cached"]
     assert all(c is not None for c in shared["cached"])
-    # the first two groups share in their admission (2 + 2 samples), and so does the part
-    # of the third admitted with them (1 more); the copying engine shares none
-    assert shared["shared_rows"] >= 5 - 1 and copied["shared_rows"] == 0
+    # the first two groups share in their admission (2 + 2 samples; the third group's
+    # samples come in as slots free up); the copying engine shares none
+    assert shared["shared_rows"] >= 4 and copied["shared_rows"] == 0
     # the first group's leader stops first, the second's stops with one sample: both hand
     # their prompt to a running sample
     assert shared["handed_over"] == 2 and copied["handed_over"] == 0

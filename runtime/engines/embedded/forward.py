@@ -342,9 +342,11 @@ class InferenceModel:
         # holds its prompt and row 1 the prompt's length (0: it reads only its own slot),
         # so a group's samples read one copy of their prompt; ``set_prompt_sources``
         self.shares_prompts = decode_attention == "triton"
-        self._prompt_rows = torch.stack(
+        # (the host's copy of what the device holds: an unchanged set is not uploaded again)
+        self._prompt_rows_host = torch.stack(
             [torch.arange(max_slots), torch.zeros(max_slots, dtype=torch.long)]
-        ).to(self.device)
+        )
+        self._prompt_rows = self._prompt_rows_host.to(self.device)
         # cache rows rounded up to 64 entries: every graph length bucket (and the attention
         # mask's last dim) stays aligned for the fused SDPA kernels
         self.cache_len = -(-capacity // 64) * 64
@@ -1441,13 +1443,16 @@ class InferenceModel:
     def set_prompt_sources(self, sources: list[tuple[int, int]]) -> None:
         """Slot ``b < len(sources)`` reads its entries below ``sources[b][1]`` from slot
         ``sources[b][0]`` (its group's prompt, held once); every later slot reads only its
-        own. One upload, ordered on the stream after the work already queued (a decode
-        step in flight still reads the sources it was launched with)."""
+        own. One upload when they changed, ordered on the stream after the work already
+        queued (a decode step in flight still reads the sources it was launched with)."""
         if not self.shares_prompts:
             raise ValueError(f"{self.decode_attention} decode attention reads only its own rows")
         rows = torch.stack([torch.arange(self.max_slots), torch.zeros(self.max_slots).long()])
         if sources:
             rows[:, : len(sources)] = torch.tensor(sources, dtype=torch.long).T
+        if torch.equal(rows, self._prompt_rows_host):
+            return
+        self._prompt_rows_host = rows
         if self.device.type == "cuda":  # through pinned memory: no wait for a step in flight
             rows = rows.pin_memory().to(self.device, non_blocking=True)
         self._prompt_rows.copy_(rows)
