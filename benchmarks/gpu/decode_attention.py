@@ -199,6 +199,28 @@ def run_shared(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
         out[name] = {"us": us, "needed_tb_s": needed / us / 1e6, "unique_tb_s": unique / us / 1e6}
     out["max_abs_diff"] = (results["copied"] - results["shared"]).abs().max().item()
     out["speedup"] = out["copied"]["us"] / out["shared"]["us"]
+    # the default block and warps were tuned on short rows without sharing: the other
+    # ``--blocks`` x ``--warps`` for both layouts, to see whether longer rows want others
+    out["sweep"] = []
+    for block in args.blocks:
+        for warps in args.warps:
+            if (block, warps) == (td.BLOCK_N, td.NUM_WARPS):
+                continue
+            row: dict[str, Any] = {"block": block, "warps": warps}
+            for name, (src, upto) in (("copied", own), ("shared", shared)):
+
+                def tuned(
+                    src: torch.Tensor = src, upto: torch.Tensor = upto, bw: tuple = (block, warps)
+                ) -> Any:
+                    return td._launch(
+                        q, k, v, lo, hi, scale, splits, bw[0], bw[1], stages, src=src, shared=upto
+                    )
+
+                try:
+                    row[name + "_us"] = graph_time_us(tuned, args.calls, args.repeats)
+                except Exception as e:  # a config the compiler rejects (registers, shared memory)
+                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            out["sweep"].append(row)
     return out
 
 
@@ -293,6 +315,12 @@ def shared_prompts(args: argparse.Namespace, t0: float) -> None:
             f"{r['copied']['us']:9.1f} {r['shared']['us']:9.1f} {r['speedup']:8.2f} "
             f"{r['shared']['unique_tb_s']:11.2f} {r['max_abs_diff']:6.3f}"
         )
+        for row in r["sweep"]:
+            times = " ".join(
+                f"{name} {row[name + '_us']:.1f} us" if name + "_us" in row else f"{name} failed"
+                for name in ("copied", "shared")
+            )
+            print(f"{'':>5} b{row['block']} w{row['warps']}: {times}")
     write_results(args, results, t0, f"decode_attention_shared-{args.label or 'default'}.json")
 
 

@@ -294,10 +294,11 @@ for s in "$@"; do
     ;;
   shared-attn)  # decode attention at 16x8, each prompt copied into its samples' rows
     # against read once from its group's slot, 256 and 1024 new tokens, bf16 and FP8
-    for kv in auto fp8_e4m3; do
-      for n in 256 1024; do
+    # SHARED_KV / SHARED_NEW: the cache types and response lengths (default: all four)
+    for kv in ${SHARED_KV:-auto fp8_e4m3}; do
+      for n in ${SHARED_NEW:-256 1024}; do
         stage "shared-attn-$n-$kv" 120 python3 benchmarks/gpu/decode_attention.py \
-          --batch-sizes 128 --group 8 --new-lens 1 "$n" --kv-dtype "$kv" \
+          --batch-sizes 128 --group 8 --new-lens 1 "$n" --kv-dtype "$kv" --blocks 64 128 256 \
           --out "$RES" --label "16x8x$n-$kv"
       done
     done
