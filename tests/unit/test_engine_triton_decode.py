@@ -7,6 +7,7 @@ CPU the kernels run under Triton's interpreter in a child process
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -102,14 +103,36 @@ def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
             "WHOLE": whole,
         }
         fn = td._split_kv_attention
-        src = ASTSource(fn=fn, signature=_signature(fn, types, consts), constexprs=consts)
+        # what Triton's launcher specializes on the engine's caches: every pointer and
+        # stride a multiple of 16 (head dims of 64 or 128)
+        attrs = {
+            (i,): [["tt.divisibility", 16]]
+            for i, name in enumerate(fn.arg_names)
+            if name.endswith("_ptr") or name.startswith("stride")
+        }
+        src = ASTSource(
+            fn=fn, signature=_signature(fn, types, consts), constexprs=consts, attrs=attrs
+        )
         kernel = compile(src, target=target, options={"num_warps": td.NUM_WARPS})
         assert kernel.asm["cubin"]
+        assert_sixteen_byte_kv_loads(kernel.asm["ptx"])
     consts = {"HEAD_DIM": 128, "D_PAD": 128, "S_PAD": 4}
     types = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16"}
     fn = td._split_kv_merge
     src = ASTSource(fn=fn, signature=_signature(fn, types, consts), constexprs=consts)
     assert compile(src, target=target, options={"num_warps": 4}).asm["cubin"]
+
+
+def assert_sixteen_byte_kv_loads(ptx: str) -> None:
+    """The cache is read 16 bytes a thread at a time (vector loads, or ``cp.async`` copies
+    of 16 bytes where loads are pipelined): a change that hides the rows' alignment from
+    Triton (a per-entry offset it cannot prove a multiple of 16) falls back to one load per
+    element, several times slower on a kernel that only streams memory."""
+    narrow = re.findall(r"ld\.global(?:\.\w+)*\.[bsu](?:8|16)\b", ptx)
+    assert not narrow, f"element-wise cache loads: {sorted(set(narrow))}"
+    vector = re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)
+    copies = re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], 0x10", ptx)
+    assert vector or copies, "no 16-byte loads of the cache"
 
 
 def interpreter_on() -> bool:
