@@ -115,7 +115,8 @@ def run_batch(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
         for splits in sorted({default_splits, *args.splits})
         for stages in args.stages
     ]
-    default = (td.BLOCK_N, td.NUM_WARPS, default_splits, td.NUM_STAGES)
+    block, stages = td.launch_config(k.element_size())
+    default = (block, td.NUM_WARPS, default_splits, stages)
     for block, warps, splits, stages in [default, *(c for c in configs if c != default)]:
 
         def kernel(b: int = block, w: int = warps, s: int = splits, n: int = stages) -> Any:
@@ -172,7 +173,7 @@ def run_shared(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     q = torch.randn(bsz, heads, dim, device=dev, dtype=dtype)
     scale = dim**-0.5
     splits = td.split_count(bsz, heads, torch.device(dev))
-    stages = td.FP8_STAGES if k.element_size() == 1 else td.NUM_STAGES
+    block, stages = td.launch_config(k.element_size())
     own = (torch.arange(bsz, device=dev), torch.zeros(bsz, dtype=torch.long, device=dev))
     shared = (leader.to(dev), plen.to(dev))
     entry = 2 * heads * dim * k.element_size()
@@ -192,25 +193,27 @@ def run_shared(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
     for name, (src, upto) in (("copied", own), ("shared", shared)):
 
         def kernel(src: torch.Tensor = src, upto: torch.Tensor = upto) -> Any:
-            return td._launch(q, k, v, lo, hi, scale, splits, stages=stages, src=src, shared=upto)
+            return td._launch(
+                q, k, v, lo, hi, scale, splits, block, stages=stages, src=src, shared=upto
+            )
 
         results[name] = kernel().float()
         us = graph_time_us(kernel, args.calls, args.repeats)
         out[name] = {"us": us, "needed_tb_s": needed / us / 1e6, "unique_tb_s": unique / us / 1e6}
     out["max_abs_diff"] = (results["copied"] - results["shared"]).abs().max().item()
     out["speedup"] = out["copied"]["us"] / out["shared"]["us"]
-    # the default block and warps were tuned on short rows without sharing: the other
-    # ``--blocks`` x ``--warps`` for both layouts, to see whether longer rows want others
+    # the other ``--blocks`` x ``--warps`` for both layouts, at the default stages
+    out["block"], out["warps"], out["stages"] = block, td.NUM_WARPS, stages
     out["sweep"] = []
-    for block in args.blocks:
+    for other in args.blocks:
         for warps in args.warps:
-            if (block, warps) == (td.BLOCK_N, td.NUM_WARPS):
+            if (other, warps) == (block, td.NUM_WARPS):
                 continue
-            row: dict[str, Any] = {"block": block, "warps": warps}
+            row: dict[str, Any] = {"block": other, "warps": warps}
             for name, (src, upto) in (("copied", own), ("shared", shared)):
 
                 def tuned(
-                    src: torch.Tensor = src, upto: torch.Tensor = upto, bw: tuple = (block, warps)
+                    src: torch.Tensor = src, upto: torch.Tensor = upto, bw: tuple = (other, warps)
                 ) -> Any:
                     return td._launch(
                         q, k, v, lo, hi, scale, splits, bw[0], bw[1], stages, src=src, shared=upto

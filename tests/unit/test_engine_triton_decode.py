@@ -97,9 +97,9 @@ def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
             "GROUP": group,
             "HEAD_DIM": 128,
             "D_PAD": 128,
-            "BLOCK": td.BLOCK_N,
-            # the stages the op launches with for this cache type
-            "STAGES": td.NUM_STAGES if kv == "*bf16" else td.FP8_STAGES,
+            # the block and stages the op launches with for this cache type
+            "BLOCK": td.launch_config(2 if kv == "*bf16" else 1)[0],
+            "STAGES": td.launch_config(2 if kv == "*bf16" else 1)[1],
             "WHOLE": whole,
         }
         fn = td._split_kv_attention

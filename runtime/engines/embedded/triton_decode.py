@@ -27,13 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
-# K/V entries a program loads per iteration, and its warps: the fastest of the sweep in
-# benchmarks/gpu/decode_attention.py (batch 64 and 256, 16 heads of 128, one NVIDIA H100)
-BLOCK_N = 128
+# K/V entries a program loads per iteration, and its warps: the fastest of the sweeps in
+# benchmarks/gpu/decode_attention.py (16 heads of 128, one NVIDIA H100). With 16-bit
+# entries 64 a block: on rows of 16x8 GRPO groups (prompts shared or copied, 256 and 1024
+# new tokens) 1.2-1.4x faster than 128, whose larger tile holds more registers a thread
+BLOCK_N = 64
 NUM_WARPS = 2
 NUM_STAGES = 1  # software-pipelined loads of the loop (tl.range), 1: none
-# an FP8 cache: a block loads half the bytes, and pipelining two blocks' loads was the
-# fastest at 1-byte entries (rows of 240-1264 entries, batch 128 and 256, one NVIDIA H100)
+# an FP8 cache: a block of 128 one-byte entries loads what 64 16-bit ones do, and pipelining
+# two blocks' loads was the fastest (rows of 240-1264 entries, batch 128 and 256)
+FP8_BLOCK_N = 128
 FP8_STAGES = 2
 MAX_SPLITS = 16
 _LOG2E = 1.4426950408889634
@@ -179,6 +182,12 @@ def _programs_per_wave(device_index: int) -> int:
     return 8 * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def launch_config(entry_bytes: int) -> tuple[int, int]:
+    """The block and the pipeline stages the op launches with for cache entries of
+    ``entry_bytes`` (1: an FP8 cache)."""
+    return (FP8_BLOCK_N, FP8_STAGES) if entry_bytes == 1 else (BLOCK_N, NUM_STAGES)
+
+
 def split_count(rows: int, heads: int, device: torch.device) -> int:
     """Chunks per row: enough programs to fill the GPU at a small batch, one at a large."""
     index = device.index if device.type == "cuda" and device.index is not None else 0
@@ -286,9 +295,9 @@ def decode_attention(
     if q.device.type != "cuda" and not interpreting():
         raise RuntimeError("Triton decode attention needs a GPU (or TRITON_INTERPRET=1)")
     splits = split_count(q.shape[0], q.shape[1], q.device)
-    stages = FP8_STAGES if k.element_size() == 1 else NUM_STAGES
+    block, stages = launch_config(k.element_size())
     return _launch(
-        q.contiguous(), k, v, lo, hi, scale, splits, stages=stages, src=src, shared=shared
+        q.contiguous(), k, v, lo, hi, scale, splits, block, stages=stages, src=src, shared=shared
     )
 
 
