@@ -213,10 +213,13 @@ def run_shared(args: argparse.Namespace, bsz: int) -> dict[str, Any]:
             for name, (src, upto) in (("copied", own), ("shared", shared)):
 
                 def tuned(
-                    src: torch.Tensor = src, upto: torch.Tensor = upto, bw: tuple = (other, warps)
+                    src: torch.Tensor = src,
+                    upto: torch.Tensor = upto,
+                    b: int = other,
+                    w: int = warps,
                 ) -> Any:
                     return td._launch(
-                        q, k, v, lo, hi, scale, splits, bw[0], bw[1], stages, src=src, shared=upto
+                        q, k, v, lo, hi, scale, splits, b, w, stages, src=src, shared=upto
                     )
 
                 try:

@@ -84,6 +84,7 @@ def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
     from runtime.engines.embedded import triton_decode as td
 
     target = GPUTarget("cuda", 90, 32)
+    block, stages = td.launch_config(2 if kv == "*bf16" else 1)
     for whole in (True, False):
         buffers = "*bf16" if whole else "*fp32"
         types = {
@@ -98,8 +99,8 @@ def test_kernels_compile_for_hopper(group: int, kv: str) -> None:
             "HEAD_DIM": 128,
             "D_PAD": 128,
             # the block and stages the op launches with for this cache type
-            "BLOCK": td.launch_config(2 if kv == "*bf16" else 1)[0],
-            "STAGES": td.launch_config(2 if kv == "*bf16" else 1)[1],
+            "BLOCK": block,
+            "STAGES": stages,
             "WHOLE": whole,
         }
         fn = td._split_kv_attention
